@@ -1,0 +1,7 @@
+# Sourced on the GPU host: library path for the bundle and the host's CUDA/NCCL, and the
+# environment every xserv process there must run with.
+XSERV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export LD_LIBRARY_PATH="$XSERV_ROOT/.bundle/lib:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the multi-GPU hosts
+export OUT=${OUT:-$XSERV_ROOT/.gpu-out}
+mkdir -p "$OUT"
