@@ -7,6 +7,8 @@
 # NCCL), which the host provides itself.
 #
 # Usage: scripts/gpu/bundle.sh [BINARY_NAME...]   (default: every file in build/bin)
+# With BUNDLE_ASSETS=1 the fetched tokenizers and text (.assets/, see scripts/fetch-assets.sh)
+# travel too, as .bundle/assets.tar.xz; scripts/gpu/env.sh unpacks them on the host.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -38,6 +40,10 @@ for name in "${bins[@]}"; do
     strip --strip-unneeded -o "$OUT_DIR/lib/$lib" "$(readlink -f "$path")"
   done < <(ldd "$src" | awk '$2 == "=>" { print $1, $3 }')
 done
+
+if [[ ${BUNDLE_ASSETS:-0} == 1 ]]; then
+  tar -C "${XSERV_ASSETS:-.assets}" -cJf "$OUT_DIR/assets.tar.xz" tokenizers text
+fi
 
 size_kib=$(du -sk "$OUT_DIR" | cut -f1)
 echo "bundle: ${#bins[@]} executables, ${#seen[@]} libraries, $((size_kib / 1024)) MiB in $OUT_DIR"

@@ -5,3 +5,6 @@ export LD_LIBRARY_PATH="$XSERV_ROOT/.bundle/lib:/usr/local/cuda/lib64:/usr/lib/x
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the multi-GPU hosts
 export OUT=${OUT:-$XSERV_ROOT/.gpu-out}
 mkdir -p "$OUT"
+if [[ -f $XSERV_ROOT/.bundle/assets.tar.xz && ! -d $XSERV_ROOT/.assets/tokenizers ]]; then
+  mkdir -p "$XSERV_ROOT/.assets" && tar -C "$XSERV_ROOT/.assets" -xJf "$XSERV_ROOT/.bundle/assets.tar.xz"
+fi
