@@ -41,6 +41,10 @@ for name in "${bins[@]}"; do
   done < <(ldd "$src" | awk '$2 == "=>" { print $1, $3 }')
 done
 
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit-dirty"
+echo "$commit" >"$OUT_DIR/COMMIT"
+
 if [[ ${BUNDLE_ASSETS:-0} == 1 ]]; then
   tar -C "${XSERV_ASSETS:-.assets}" -cJf "$OUT_DIR/assets.tar.xz" tokenizers text
 fi

@@ -5,6 +5,9 @@ export LD_LIBRARY_PATH="$XSERV_ROOT/.bundle/lib:/usr/local/cuda/lib64:/usr/lib/x
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the multi-GPU hosts
 export OUT=${OUT:-$XSERV_ROOT/.gpu-out}
 mkdir -p "$OUT"
+# The host gets no .git: bundle.sh records the commit it was built from.
+XSERV_COMMIT=$(cat "$XSERV_ROOT/.bundle/COMMIT" 2>/dev/null || echo unknown)
+export XSERV_COMMIT
 if [[ -f $XSERV_ROOT/.bundle/assets.tar.xz && ! -d $XSERV_ROOT/.assets/tokenizers ]]; then
   mkdir -p "$XSERV_ROOT/.assets" && tar -C "$XSERV_ROOT/.assets" -xJf "$XSERV_ROOT/.bundle/assets.tar.xz"
 fi
