@@ -29,10 +29,12 @@ INPUT_LENGTHS = [40, 19]
 GREEDY_TOKENS = 16
 
 
-def round_bf16_(model, skip=()):
+def round_bf16_(model, skip_suffixes=()):
+    """Rounds parameters to bf16 values in place (still fp32 tensors); buffers such as RoPE's
+    inv_freq stay exact fp32, as every implementation computes them."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if not any(s in name for s in skip):
+            if not name.endswith(tuple(skip_suffixes)):
                 p.copy_(p.to(torch.bfloat16).to(torch.float32))
 
 
@@ -137,8 +139,8 @@ def build(name, out: Path):
         model = model.cuda()
         if tied:
             path.mkdir(parents=True, exist_ok=True)
-            model.to(torch.bfloat16).save_pretrained(str(path), safe_serialization=True)
-            model.float()
+            bf16_state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+            model.save_pretrained(str(path), safe_serialization=True, state_dict=bf16_state)
             golden = reference(model, inputs)
             save_file(golden, str(path / "golden.safetensors"))
             check_reload(type(model), path, golden)
@@ -173,7 +175,7 @@ def build_gpt_oss(path: Path, inputs):
                           head_dim=16, num_local_experts=E, num_experts_per_tok=2,
                           experts_per_token=2, sliding_window=8,
                           layer_types=["sliding_attention", "full_attention"],
-                          rope_theta=150000.0, max_position_embeddings=512,
+                          rope_theta=150000.0, max_position_embeddings=256,
                           rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                         "original_max_position_embeddings": 64,
                                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
@@ -193,7 +195,7 @@ def build_gpt_oss(path: Path, inputs):
                 p.copy_(0.1 * torch.randn_like(p))
             elif "experts" in n_:
                 p.copy_(0.05 * torch.randn_like(p))
-    round_bf16_(model, skip=("experts.gate_up_proj", "experts.down_proj"))
+    round_bf16_(model, skip_suffixes=("experts.gate_up_proj", "experts.down_proj"))
     # Experts: quantise to MXFP4 in the checkpoint layout [E, out, in]; put the exact dequantised
     # values back into the HF parameters so HF computes with what our loader will decode.
     tensors = {}
