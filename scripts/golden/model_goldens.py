@@ -86,7 +86,7 @@ def reference(model, inputs):
     return out
 
 
-def check_reload(cls, path: Path, golden, **kwargs):
+def check_reload(cls, path: Path, golden, original=None, **kwargs):
     """Loads the saved directory back with transformers and compares logits: proves the files
     mean to HF what the reference computed (layouts, tying, MXFP4 decoding)."""
     try:
@@ -94,7 +94,19 @@ def check_reload(cls, path: Path, golden, **kwargs):
     except Exception as e:  # a transformers feature missing on this host: report, go on
         print(f"  reload check {path.name} SKIPPED: {type(e).__name__}: {e}")
         return
-    reloaded = reloaded.cuda().eval()
+    # Upcast everything: a dequantising loader may keep some parameters in bf16.
+    reloaded = reloaded.float().cuda().eval()
+    if original is not None:
+        ref = dict(original.named_parameters())
+        for name, p in reloaded.named_parameters():
+            if name not in ref:
+                print(f"  reload: {name} not in the original model")
+                continue
+            q = ref[name].detach().float()
+            if q.shape != p.shape:
+                print(f"  reload: {name} shape {list(p.shape)} vs original {list(q.shape)}")
+            elif (d := (q - p.detach().float()).abs().max().item()) > 0:
+                print(f"  reload: {name} differs by {d:.3g}")
     with torch.no_grad():
         ids = golden["input_ids.0"].long().unsqueeze(0).cuda()
         logits = reloaded(ids).logits[0].float().cpu()
@@ -230,7 +242,7 @@ def build_gpt_oss(path: Path, inputs):
     golden = reference(model, inputs)
     save_file(golden, str(path / "golden.safetensors"))
     print(inspect.getsource(type(model.model.layers[0].mlp.experts).forward)[:3000])
-    check_reload(tf.GptOssForCausalLM, path, golden,
+    check_reload(tf.GptOssForCausalLM, path, golden, original=model,
                  quantization_config=tf.Mxfp4Config(dequantize=True))
 
 
