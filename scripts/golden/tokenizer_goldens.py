@@ -9,8 +9,9 @@ or decode cases
   {"decode_ids": [int], "decoded": str, "decoded_skip": str}
 where decoded = decode(ids, skip_special_tokens=False), decoded_skip = skip_special_tokens=True.
 Encoding uses add_special_tokens=False. The reference for qwen3/gpt-oss/llama3 is their
-tokenizer.json; for GPT-2 it is GPT2TokenizerFast built by transformers from vocab.json +
-merges.txt (independent of our converted tokenizer.json). Deterministic (fixed seeds).
+tokenizer.json; for GPT-2 it is a `tokenizers` BPE model built from vocab.json + merges.txt with
+a byte-level pre-tokenizer and decoder (independent of our converted tokenizer.json).
+Deterministic (fixed seeds).
 """
 import argparse
 import json
@@ -65,10 +66,15 @@ def random_strings(rng: random.Random, n: int):
 def load(name: str, assets: Path):
     from tokenizers import Tokenizer
     if name == "gpt2":
-        from transformers import GPT2TokenizerFast
+        # transformers 5.17's GPT2TokenizerFast(vocab_file=, merges_file=) loads no vocabulary
+        # (every text encodes to []), so build the reference from the tokenizers library itself.
+        from tokenizers import AddedToken, decoders, models, pre_tokenizers
         d = assets / "gpt2"
-        return GPT2TokenizerFast(vocab_file=str(d / "vocab.json"),
-                                 merges_file=str(d / "merges.txt")).backend_tokenizer
+        tok = Tokenizer(models.BPE.from_file(str(d / "vocab.json"), str(d / "merges.txt")))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+        return tok
     return Tokenizer.from_file(str(assets / name / "tokenizer.json"))
 
 
