@@ -1,0 +1,152 @@
+// The op API: every model is written once against `Backend` and runs on the CPU backend
+// (kernels/cpu: fp32 reference, CI and demo engine, numeric oracle) or the CUDA backend
+// (kernels/cuda: bf16 storage, fp32 accumulation). Each CUDA op is tested against its CPU twin.
+//
+// Ownership and threading: a Backend is created once per worker process and used only by the
+// engine-loop thread (ops are not thread-safe and may keep per-call scratch). Ops never allocate
+// device memory in steady state except through Allocate(); they validate shapes and dtypes and
+// return InvalidArgument on misuse instead of computing garbage. Outputs may alias inputs only
+// where an op says so.
+//
+// Layout conventions:
+//   activations  [tokens, features] row-major; attention heads as [tokens, heads, head_dim]
+//   weights      HF Linear layout [out_features, in_features]; bias [out_features]
+//   KV cache     per layer K and V: [num_blocks, block_size, num_kv_heads, head_dim]
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/tensor.h"
+
+namespace xserv::kernels {
+
+// Paged-attention metadata of one step, planned once per step by the model runner and shared by
+// every layer. Trivially copyable; the tensors live on the backend's device.
+struct AttentionBatch {
+  Tensor query_start;   // i32 [num_seqs + 1]: sequence s owns query rows [qs[s], qs[s+1])
+  Tensor seq_lens;      // i32 [num_seqs]: KV length of s after this step (context + new tokens)
+  Tensor block_tables;  // i32 [num_seqs, max_blocks_per_seq]: physical block ids
+  Tensor slot_mapping;  // i32 [num_tokens]: KV slot (block * block_size + offset) per new token
+  int num_seqs = 0;
+  int max_query_len = 0;
+  int max_seq_len = 0;
+  int block_size = 16;
+};
+
+// One layer's paged KV storage.
+struct KvLayer {
+  Tensor k;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  Tensor v;  // same shape
+};
+
+struct AttentionParams {
+  float scale = 1.0f;          // applied to q·k (usually 1/sqrt(head_dim))
+  int sliding_window = 0;      // > 0: a query at position p sees keys in (p - window, p]
+  const Tensor* sinks = nullptr;  // optional f32/bf16 [num_heads]: extra softmax logit per head
+};
+
+// Expert weights of one MoE layer. gpt-oss layout: gate_up rows interleave gate (even) and up
+// (odd) features.
+struct ExpertWeights {
+  enum class Format { kDense, kMxfp4 };
+  Format format = Format::kDense;
+  Tensor gate_up;        // kDense: [E, 2*I, H]
+  Tensor gate_up_bias;   // [E, 2*I]
+  Tensor down;           // kDense: [E, H, I]
+  Tensor down_bias;      // [E, H]
+  // kMxfp4 (HF checkpoint layout): u8 blocks [E, rows, in/32, 16] and u8 scales [E, rows, in/32].
+  Tensor gate_up_blocks, gate_up_scales, down_blocks, down_scales;
+};
+
+// gpt-oss clamped GLU: g = min(gate, limit); u = clamp(up, -limit, limit);
+// out = (u + 1) * g * sigmoid(alpha * g).
+struct GluParams {
+  float limit = 7.0f;
+  float alpha = 1.702f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceType device() const = 0;
+  virtual std::string name() const = 0;
+  // The dtype weights and activations are stored in on this backend (CPU: f32, CUDA: bf16).
+  virtual DType compute_dtype() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  virtual absl::StatusOr<Buffer> Allocate(DType dtype, std::span<const int64_t> shape) = 0;
+  absl::StatusOr<Buffer> Allocate(DType dtype, std::initializer_list<int64_t> shape) {
+    return Allocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // Host bytes (same dtype, contiguous) into a contiguous device tensor.
+  virtual absl::Status CopyFromHost(const void* src, const Tensor& dst) = 0;
+  // A contiguous device tensor into host memory of dst.nbytes().
+  virtual absl::Status CopyToHost(const Tensor& src, void* dst) = 0;
+  // Element-wise copy with dtype conversion between float dtypes (f32, bf16, f16); shapes equal.
+  virtual absl::Status Convert(const Tensor& src, const Tensor& dst) = 0;
+  // Waits for all queued work (a no-op on the CPU).
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- embedding, norms, elementwise ----------------------------------------------------------
+  // out[t] = table[ids[t]] (or out[t] += table[ids[t]] when accumulate); ids i32 [T] < V.
+  virtual absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
+                                 bool accumulate) = 0;
+  // out = x / rms(x) * weight over the last dim; out may alias x. x [R, H] or [R, heads, H].
+  virtual absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                               const Tensor& out) = 0;
+  // residual += x; out = RmsNorm(residual). Fused add + norm of the pre-norm residual stream.
+  virtual absl::Status AddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                  float eps, const Tensor& out) = 0;
+  // out = (x - mean) / sqrt(var + eps) * weight + bias over the last dim; out may alias x.
+  virtual absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 float eps, const Tensor& out) = 0;
+  // out = a + b (same shape); out may alias a or b.
+  virtual absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+
+  // ---- linear algebra -------------------------------------------------------------------------
+  // out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x rows may be strided; out contiguous.
+  virtual absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
+                              const Tensor& out) = 0;
+  // out[L, H] = x[idx[l], :]; idx i32 [L].
+  virtual absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) = 0;
+
+  // ---- positions and attention ----------------------------------------------------------------
+  // In-place rotary embedding, NeoX (rotate-half) layout, on x [T, heads, head_dim] at
+  // positions i32 [T]. cos_sin f32 [max_positions, head_dim]: cos in the first half, sin in the
+  // second (see kernels/rope_table.h; scaling variants are folded into the table).
+  virtual absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) = 0;
+  // Writes the step's new keys and values k, v [T, kv_heads, head_dim] into their slots.
+  virtual absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
+                               const Tensor& slot_mapping) = 0;
+  // Causal attention of q [T, heads, head_dim] over the paged KV of each sequence (written by
+  // WriteKv first), GQA by heads / kv_heads. out [T, heads, head_dim].
+  virtual absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                                 const AttentionParams& params, const Tensor& out) = 0;
+
+  // ---- activations ----------------------------------------------------------------------------
+  // out = silu(gate) * up; [R, I] each (gate/up may be strided column slices).
+  virtual absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // GELU, tanh approximation (GPT-2's gelu_new); out may alias x.
+  virtual absl::Status GeluTanh(const Tensor& x, const Tensor& out) = 0;
+
+  // ---- mixture of experts ---------------------------------------------------------------------
+  // Top-k of logits f32 [T, E] per row (ties: lower expert id), then softmax over the k selected
+  // logits. ids i32 [T, k] in descending logit order, weights f32 [T, k].
+  virtual absl::Status RouterTopK(const Tensor& logits, const Tensor& ids,
+                                  const Tensor& weights) = 0;
+  // out[t] = sum_j weights[t, j] * Expert_{ids[t, j]}(x[t]) where
+  // Expert_e(v) = down_e · Glu(gate_up_e · v + gate_up_bias_e) + down_bias_e.
+  virtual absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                               const ExpertWeights& experts, const GluParams& glu,
+                               const Tensor& out) = 0;
+
+  // ---- logits ---------------------------------------------------------------------------------
+  // Row-wise log-softmax of f32 [R, V]; out may alias x.
+  virtual absl::Status LogSoftmax(const Tensor& x, const Tensor& out) = 0;
+};
+
+}  // namespace xserv::kernels

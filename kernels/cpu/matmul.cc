@@ -1,0 +1,48 @@
+// CPU GEMM through OpenBLAS: out[M, N] = x[M, K] · w[N, K]^T (+ bias).
+#include <cblas.h>
+
+#include "common/status.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/rows.h"
+#include "kernels/op_checks.h"
+
+namespace xserv::kernels::cpu {
+
+absl::Status CpuBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                const Tensor& out) {
+  constexpr const char* kOp = "Matmul";
+  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "x", x, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
+  RETURN_IF_ERROR(ExpectDType(kOp, "w", w, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "w", w, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "w", w));
+  RETURN_IF_ERROR(ExpectDim(kOp, "w", w, 1, x.dim(1)));
+  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "out", out, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 0, x.dim(0)));
+  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, w.dim(0)));
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(ExpectDType(kOp, "bias", *bias, DType::kF32));
+    RETURN_IF_ERROR(ExpectRank(kOp, "bias", *bias, 1));
+    RETURN_IF_ERROR(ExpectDim(kOp, "bias", *bias, 0, w.dim(0)));
+  }
+  const int64_t m = x.dim(0), n = w.dim(0), k = x.dim(1);
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const Rows<float> xr = AsRows<float>(x), wr = AsRows<float>(w), o = AsRows<float>(out);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, xr.data,
+              static_cast<blasint>(xr.stride), wr.data, static_cast<blasint>(wr.stride), 0.0f,
+              o.data, static_cast<blasint>(o.stride));
+  if (bias != nullptr) {
+    const float* b = bias->as<float>();
+    for (int64_t r = 0; r < m; ++r) {
+      float* row = o.row(r);
+      for (int64_t c = 0; c < n; ++c) row[c] += b[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xserv::kernels::cpu

@@ -1,0 +1,69 @@
+// Argument validation shared by backends: each check returns InvalidArgument naming the op and
+// the offending tensor, so a misuse is reported instead of computing garbage.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/tensor.h"
+
+namespace xserv::kernels {
+
+inline absl::Status OpError(const char* op, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+inline absl::Status ExpectDType(const char* op, const char* name, const Tensor& t, DType dtype) {
+  if (t.dtype == dtype) return absl::OkStatus();
+  return OpError(op, absl::StrCat(name, " must be ", std::string(DTypeName(dtype)), ", got ",
+                                  t.Describe()));
+}
+
+inline absl::Status ExpectRank(const char* op, const char* name, const Tensor& t, int rank) {
+  if (t.rank == rank && t.data != nullptr) return absl::OkStatus();
+  return OpError(op, absl::StrCat(name, " must have rank ", rank, ", got ", t.Describe()));
+}
+
+inline absl::Status ExpectDim(const char* op, const char* name, const Tensor& t, int dim,
+                              int64_t size) {
+  if (t.dim(dim) == size) return absl::OkStatus();
+  return OpError(op, absl::StrCat(name, " dim ", dim, " must be ", size, ", got ", t.Describe()));
+}
+
+// The tensor is a 2-D array of rows (kernels/cpu/rows.h): the last dimension is contiguous and,
+// from rank 3 on, all leading dimensions flatten into one row index. A rank-2 tensor may have any
+// row stride (a column slice of a wider matrix).
+inline absl::Status ExpectRowMajor(const char* op, const char* name, const Tensor& t) {
+  bool ok = t.rank >= 1 && t.stride(-1) == 1;
+  for (int i = 0; ok && t.rank >= 3 && i + 2 < t.rank; ++i) {
+    ok = t.strides[i] == t.strides[i + 1] * t.shape[i + 1];
+  }
+  if (ok) return absl::OkStatus();
+  return OpError(op, absl::StrCat(name, " must be row-major in its trailing dims, got ",
+                                  t.Describe()));
+}
+
+// [tokens, heads, head_dim] with each token's heads packed (head stride = head_dim); tokens may be
+// strided (e.g. q, k, v as column slices of one fused projection).
+inline absl::Status ExpectTokenHeads(const char* op, const char* name, const Tensor& t) {
+  if (t.rank == 3 && t.data != nullptr && t.strides[2] == 1 && t.strides[1] == t.shape[2]) {
+    return absl::OkStatus();
+  }
+  return OpError(op, absl::StrCat(name, " must be [tokens, heads, head_dim] with packed heads, got ",
+                                  t.Describe()));
+}
+
+inline absl::Status ExpectContiguous(const char* op, const char* name, const Tensor& t) {
+  if (t.is_contiguous()) return absl::OkStatus();
+  return OpError(op, absl::StrCat(name, " must be contiguous, got ", t.Describe()));
+}
+
+inline absl::Status ExpectSameShape(const char* op, const Tensor& a, const Tensor& b) {
+  bool same = a.rank == b.rank;
+  for (int i = 0; same && i < a.rank; ++i) same = a.shape[i] == b.shape[i];
+  if (same) return absl::OkStatus();
+  return OpError(op, absl::StrCat("shape mismatch: ", a.Describe(), " vs ", b.Describe()));
+}
+
+}  // namespace xserv::kernels

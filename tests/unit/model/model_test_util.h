@@ -1,0 +1,134 @@
+// Test helpers for running models on the CPU backend: golden loading and a tiny step driver that
+// stands in for the engine (sequences with their own shuffled physical blocks).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/safetensors/float_convert.h"
+#include "common/safetensors/safetensors_file.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "worker/model/batch_builder.h"
+#include "worker/model/kv_cache.h"
+#include "worker/model/model.h"
+
+namespace xserv::model::testing {
+
+inline std::string ModelDir(const std::string& name) {
+  return std::string(XSERV_SOURCE_DIR) + "/tests/data/models/" + name;
+}
+
+struct Golden {
+  std::vector<std::vector<int32_t>> inputs;
+  std::vector<std::vector<float>> logits;  // [n * vocab] per input
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<std::vector<float>> margins;
+};
+
+inline Golden LoadGolden(const std::string& dir) {
+  Golden g;
+  auto file = safetensors::SafetensorsFile::Open(dir + "/golden.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return g;
+  auto ints = [&](const std::string& name) {
+    auto v = file->Tensor(name);
+    std::vector<int32_t> out(v->NumElements());
+    std::memcpy(out.data(), v->data.data(), v->data.size());
+    return out;
+  };
+  auto floats = [&](const std::string& name) {
+    auto v = file->Tensor(name);
+    std::vector<float> out(v->NumElements());
+    EXPECT_TRUE(safetensors::ConvertToFloat(v->dtype, v->data, out).ok());
+    return out;
+  };
+  for (int i = 0; file->Tensor("input_ids." + std::to_string(i)).ok(); ++i) {
+    const std::string s = std::to_string(i);
+    g.inputs.push_back(ints("input_ids." + s));
+    g.logits.push_back(floats("logits." + s));
+    g.greedy.push_back(ints("greedy." + s));
+    g.margins.push_back(floats("margin." + s));
+  }
+  return g;
+}
+
+// max |a - b| / max |b| over one row of `vocab` values.
+inline double RowRelativeError(const float* a, const float* b, int64_t vocab) {
+  double diff = 0, scale = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[v]) - b[v]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[v])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// A model on the CPU backend with a KV pool and per-sequence block tables.
+class Harness {
+ public:
+  explicit Harness(const std::string& dir, int64_t num_blocks = 64, int64_t block_size = 16)
+      : backend_(kernels::cpu::CpuBackendOptions{.num_threads = 2}) {
+    auto model = LoadModel(dir, backend_, ModelLoadOptions{.max_num_tokens = 256});
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return;
+    model_ = std::move(*model);
+    auto kv = KvCache::Allocate(backend_, model_->config(), num_blocks, block_size);
+    EXPECT_TRUE(kv.ok()) << kv.status();
+    kv_ = std::make_unique<KvCache>(std::move(*kv));
+    auto builder = BatchBuilder::Create(
+        backend_, BatchLimits{.max_tokens = 256, .max_seqs = 16, .max_blocks_per_seq = 32,
+                              .block_size = block_size});
+    EXPECT_TRUE(builder.ok()) << builder.status();
+    builder_ = std::make_unique<BatchBuilder>(std::move(*builder));
+    free_blocks_.resize(num_blocks);
+    std::iota(free_blocks_.begin(), free_blocks_.end(), 0);
+    std::shuffle(free_blocks_.begin(), free_blocks_.end(), std::mt19937(42));
+  }
+
+  bool ok() const { return model_ != nullptr && kv_ != nullptr && builder_ != nullptr; }
+  Model& model() { return *model_; }
+  int64_t vocab() const { return model_->config().vocab_size; }
+
+  // A block table with room for `tokens` tokens, from the shuffled free list.
+  std::vector<int32_t> NewTable(int64_t tokens) {
+    std::vector<int32_t> table;
+    for (int64_t n = 0; n < tokens; n += kv_->block_size()) {
+      table.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+    }
+    return table;
+  }
+
+  // Runs one step; returns logits rows (flattened) in BatchBuilder order.
+  std::vector<float> Step(const std::vector<SequenceChunk>& chunks) {
+    auto in = builder_->Build(chunks);
+    EXPECT_TRUE(in.ok()) << in.status();
+    if (!in.ok()) return {};
+    const int64_t rows = in->logits_indices.dim(0);
+    auto logits = backend_.Allocate(kernels::DType::kF32, {rows, vocab()});
+    EXPECT_TRUE(logits.ok());
+    const absl::Status status = model_->Forward(*in, kv_->layers(), logits->view());
+    EXPECT_TRUE(status.ok()) << status;
+    std::vector<float> host(rows * vocab());
+    EXPECT_TRUE(backend_.CopyToHost(logits->view(), host.data()).ok());
+    return host;
+  }
+
+ private:
+  kernels::cpu::CpuBackend backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<BatchBuilder> builder_;
+  std::vector<int32_t> free_blocks_;
+};
+
+inline int32_t Argmax(const float* row, int64_t vocab) {
+  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+}
+
+}  // namespace xserv::model::testing

@@ -1,0 +1,165 @@
+#include "worker/model/layers.h"
+
+#include <cmath>
+
+#include "common/status.h"
+#include "kernels/rope_table.h"
+
+namespace xserv::model {
+namespace {
+
+kernels::RopeSpec RopeSpecFor(const ModelConfig& config) {
+  kernels::RopeSpec spec;
+  spec.head_dim = static_cast<int>(config.head_dim);
+  spec.theta = config.rope.theta;
+  const RopeScaling& s = config.rope.scaling;
+  spec.factor = s.factor;
+  spec.low_freq_factor = s.low_freq_factor;
+  spec.high_freq_factor = s.high_freq_factor;
+  spec.original_max_position_embeddings = static_cast<int>(s.original_max_position_embeddings);
+  spec.beta_fast = s.beta_fast;
+  spec.beta_slow = s.beta_slow;
+  spec.truncate = s.truncate;
+  spec.attention_factor = s.attention_factor.value_or(0.0);
+  switch (s.type) {
+    case RopeScalingType::kNone: spec.type = kernels::RopeSpec::Type::kDefault; break;
+    case RopeScalingType::kLinear: spec.type = kernels::RopeSpec::Type::kLinear; break;
+    case RopeScalingType::kLlama3: spec.type = kernels::RopeSpec::Type::kLlama3; break;
+    case RopeScalingType::kYarn: spec.type = kernels::RopeSpec::Type::kYarn; break;
+  }
+  return spec;
+}
+
+// An empty Buffer unless the config says the model has this weight.
+Buffer TakeIf(WeightLoader& loader, bool wanted, const std::string& name,
+              std::vector<int64_t> shape) {
+  if (!wanted) return {};
+  return loader.Take(name, std::move(shape));
+}
+
+const Tensor* OrNull(const Buffer& b) { return b.empty() ? nullptr : &b.view(); }
+
+}  // namespace
+
+Buffer AllocRows(Backend& backend, int64_t rows, int64_t cols, absl::Status& status) {
+  auto buffer = backend.Allocate(backend.compute_dtype(), {rows, cols});
+  if (!buffer.ok()) {
+    if (status.ok()) status = buffer.status();
+    return {};
+  }
+  return std::move(*buffer);
+}
+
+absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend) {
+  const int max_positions = static_cast<int>(config.max_position_embeddings);
+  ASSIGN_OR_RETURN(std::vector<float> table,
+                   kernels::BuildRopeTable(RopeSpecFor(config), max_positions));
+  ASSIGN_OR_RETURN(Buffer buffer,
+                   backend.Allocate(kernels::DType::kF32, {max_positions, config.head_dim}));
+  RETURN_IF_ERROR(backend.CopyFromHost(table.data(), buffer.view()));
+  return buffer;
+}
+
+AttentionWeights AttentionWeights::Load(WeightLoader& loader, const ModelConfig& c,
+                                        const std::string& prefix) {
+  const std::string p = prefix + "self_attn.";
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  AttentionWeights w;
+  w.q = loader.Take(p + "q_proj.weight", {q_dim, c.hidden_size});
+  w.k = loader.Take(p + "k_proj.weight", {kv_dim, c.hidden_size});
+  w.v = loader.Take(p + "v_proj.weight", {kv_dim, c.hidden_size});
+  w.o = loader.Take(p + "o_proj.weight", {c.hidden_size, q_dim});
+  w.q_bias = TakeIf(loader, c.qkv_bias, p + "q_proj.bias", {q_dim});
+  w.k_bias = TakeIf(loader, c.qkv_bias, p + "k_proj.bias", {kv_dim});
+  w.v_bias = TakeIf(loader, c.qkv_bias, p + "v_proj.bias", {kv_dim});
+  w.o_bias = TakeIf(loader, c.o_proj_bias, p + "o_proj.bias", {c.hidden_size});
+  w.q_norm = TakeIf(loader, c.qk_norm, p + "q_norm.weight", {c.head_dim});
+  w.k_norm = TakeIf(loader, c.qk_norm, p + "k_norm.weight", {c.head_dim});
+  if (c.architecture == Architecture::kGptOss) {  // softmax-side logits stay f32 on every backend
+    w.sinks = loader.Take(p + "sinks", {c.num_heads}, kernels::DType::kF32);
+  }
+  return w;
+}
+
+GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, const ModelConfig& c,
+                                      const std::string& prefix) {
+  const std::string p = prefix + "mlp.";
+  GatedMlpWeights w;
+  w.gate = loader.Take(p + "gate_proj.weight", {c.intermediate_size, c.hidden_size});
+  w.up = loader.Take(p + "up_proj.weight", {c.intermediate_size, c.hidden_size});
+  w.down = loader.Take(p + "down_proj.weight", {c.hidden_size, c.intermediate_size});
+  return w;
+}
+
+absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfig& c,
+                                              int64_t max_tokens, int64_t mlp_width) {
+  absl::Status status;
+  Workspace ws;
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  ws.normed = AllocRows(backend, max_tokens, c.hidden_size, status);
+  ws.residual = AllocRows(backend, max_tokens, c.hidden_size, status);
+  ws.q = AllocRows(backend, max_tokens, q_dim, status);
+  ws.k = AllocRows(backend, max_tokens, kv_dim, status);
+  ws.v = AllocRows(backend, max_tokens, kv_dim, status);
+  ws.attn = AllocRows(backend, max_tokens, q_dim, status);
+  ws.block_out = AllocRows(backend, max_tokens, c.hidden_size, status);
+  ws.gate = AllocRows(backend, max_tokens, mlp_width, status);
+  ws.up = AllocRows(backend, max_tokens, mlp_width, status);
+  ws.gathered = AllocRows(backend, max_tokens, c.hidden_size, status);
+  RETURN_IF_ERROR(status);
+  return ws;
+}
+
+absl::Status RunAttention(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
+                          const Tensor& normed, const Tensor* rope_table, int64_t layer,
+                          const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
+                          int64_t tokens) {
+  const Tensor q = ws.q.view().SliceRows(0, tokens);
+  const Tensor k = ws.k.view().SliceRows(0, tokens);
+  const Tensor v = ws.v.view().SliceRows(0, tokens);
+  RETURN_IF_ERROR(backend.Matmul(normed, w.q.view(), OrNull(w.q_bias), q));
+  RETURN_IF_ERROR(backend.Matmul(normed, w.k.view(), OrNull(w.k_bias), k));
+  RETURN_IF_ERROR(backend.Matmul(normed, w.v.view(), OrNull(w.v_bias), v));
+  const Tensor q_heads = q.UnflattenLast(c.num_heads, c.head_dim);
+  const Tensor k_heads = k.UnflattenLast(c.num_kv_heads, c.head_dim);
+  const Tensor v_heads = v.UnflattenLast(c.num_kv_heads, c.head_dim);
+  if (!w.q_norm.empty()) {
+    RETURN_IF_ERROR(backend.RmsNorm(q_heads, w.q_norm.view(), static_cast<float>(c.norm_eps),
+                                    q_heads));
+    RETURN_IF_ERROR(backend.RmsNorm(k_heads, w.k_norm.view(), static_cast<float>(c.norm_eps),
+                                    k_heads));
+  }
+  if (rope_table != nullptr) {
+    RETURN_IF_ERROR(backend.Rope(q_heads, in.positions, *rope_table));
+    RETURN_IF_ERROR(backend.Rope(k_heads, in.positions, *rope_table));
+  }
+  RETURN_IF_ERROR(backend.WriteKv(k_heads, v_heads, kv, in.attention.slot_mapping));
+  kernels::AttentionParams params;
+  params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  params.sliding_window = static_cast<int>(c.SlidingWindowForLayer(layer));
+  params.sinks = OrNull(w.sinks);
+  const Tensor attn = ws.attn.view().SliceRows(0, tokens);
+  RETURN_IF_ERROR(backend.Attention(q_heads, kv, in.attention, params,
+                                    attn.UnflattenLast(c.num_heads, c.head_dim)));
+  return backend.Matmul(attn, w.o.view(), OrNull(w.o_bias),
+                        ws.block_out.view().SliceRows(0, tokens));
+}
+
+absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
+                         Workspace& ws, int64_t tokens) {
+  const Tensor gate = ws.gate.view().SliceRows(0, tokens);
+  const Tensor up = ws.up.view().SliceRows(0, tokens);
+  RETURN_IF_ERROR(backend.Matmul(normed, w.gate.view(), nullptr, gate));
+  RETURN_IF_ERROR(backend.Matmul(normed, w.up.view(), nullptr, up));
+  RETURN_IF_ERROR(backend.SiluMul(gate, up, gate));
+  return backend.Matmul(gate, w.down.view(), nullptr, ws.block_out.view().SliceRows(0, tokens));
+}
+
+absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tensor& lm_head,
+                       const ForwardInputs& in, Workspace& ws, const Tensor& logits) {
+  const Tensor gathered = ws.gathered.view().SliceRows(0, in.logits_indices.dim(0));
+  RETURN_IF_ERROR(backend.GatherRows(final_normed, in.logits_indices, gathered));
+  return backend.Matmul(gathered, lm_head, nullptr, logits);
+}
+
+}  // namespace xserv::model

@@ -1,0 +1,100 @@
+// The Llama family of pre-norm decoders: Llama 2/3, Mistral, Qwen2 and Qwen3. They differ only in
+// what ModelConfig already says: q/k/v biases (Qwen2), per-head QK-norm (Qwen3), RoPE scaling
+// (Llama 3), sliding windows (Mistral), tied embeddings.
+//
+//   h = embed(ids)
+//   per layer:  h += o(attn(rope(qknorm(q(n1(h)))), ...));  h += down(silu(gate(n2(h))) * up(n2(h)))
+//   logits = lm_head(norm(h))
+#include "worker/model/architectures.h"
+
+#include "common/status.h"
+#include "worker/model/layers.h"
+
+namespace xserv::model {
+namespace {
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(ModelConfig config, int max_tokens) : Model(std::move(config), max_tokens) {}
+
+  absl::Status Load(WeightLoader& loader, Backend& backend) {
+    const ModelConfig& c = config();
+    backend_ = &backend;
+    embed_ = loader.Take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+    if (c.tie_word_embeddings) {
+      loader.Ignore("lm_head.weight");  // some exporters write the tied copy anyway
+    } else {
+      lm_head_ = loader.Take("lm_head.weight", {c.vocab_size, c.hidden_size});
+    }
+    final_norm_ = loader.Take("model.norm.weight", {c.hidden_size});
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const std::string prefix = "model.layers." + std::to_string(i) + ".";
+      Layer layer;
+      layer.input_norm = loader.Take(prefix + "input_layernorm.weight", {c.hidden_size});
+      layer.post_attention_norm =
+          loader.Take(prefix + "post_attention_layernorm.weight", {c.hidden_size});
+      layer.attention = AttentionWeights::Load(loader, c, prefix);
+      layer.mlp = GatedMlpWeights::Load(loader, c, prefix);
+      layers_.push_back(std::move(layer));
+    }
+    ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
+    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, c, max_num_tokens(), c.intermediate_size));
+    return absl::OkStatus();
+  }
+
+  absl::Status Forward(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
+                       const Tensor& logits) override {
+    RETURN_IF_ERROR(CheckInputs(in, kv, logits));
+    const ModelConfig& c = config();
+    Backend& b = *backend_;
+    const int64_t tokens = in.token_ids.dim(0);
+    const float eps = static_cast<float>(c.norm_eps);
+    const Tensor residual = ws_.residual.view().SliceRows(0, tokens);
+    const Tensor normed = ws_.normed.view().SliceRows(0, tokens);
+    const Tensor block_out = ws_.block_out.view().SliceRows(0, tokens);
+    RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& layer = layers_[i];
+      if (i == 0) {
+        RETURN_IF_ERROR(b.RmsNorm(residual, layer.input_norm.view(), eps, normed));
+      } else {  // residual += previous MLP output, then normalise
+        RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
+      }
+      RETURN_IF_ERROR(RunAttention(b, c, layer.attention, normed, &rope_.view(),
+                                   static_cast<int64_t>(i), in, kv[i], ws_, tokens));
+      RETURN_IF_ERROR(
+          b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
+      RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens));
+    }
+    RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
+    const Tensor& lm_head = c.tie_word_embeddings ? embed_.view() : lm_head_.view();
+    return RunLmHead(b, normed, lm_head, in, ws_, logits);
+  }
+
+ private:
+  struct Layer {
+    Buffer input_norm, post_attention_norm;  // [H]
+    AttentionWeights attention;
+    GatedMlpWeights mlp;
+  };
+
+  Backend* backend_ = nullptr;
+  Buffer embed_;       // [V, H]
+  Buffer lm_head_;     // [V, H], empty when tied
+  Buffer final_norm_;  // [H]
+  Buffer rope_;        // f32 [max_positions, head_dim]
+  std::vector<Layer> layers_;
+  Workspace ws_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadLlamaFamily(const ModelConfig& config,
+                                                       WeightLoader& loader, Backend& backend,
+                                                       const ModelLoadOptions& options) {
+  auto model = std::make_unique<LlamaModel>(config, options.max_num_tokens);
+  RETURN_IF_ERROR(model->Load(loader, backend));
+  return model;
+}
+
+}  // namespace xserv::model

@@ -1,0 +1,63 @@
+// Model: one decoder-only architecture (GPT-2, Llama family incl. Qwen2/Qwen3/Mistral, gpt-oss)
+// written once against the op API (kernels/backend.h), so the same code runs on the CPU and CUDA
+// backends.
+//
+// Ownership and threading: a Model owns its weights and scratch workspace on the backend it was
+// loaded with; the backend must outlive it. Forward is called only by the engine-loop thread.
+// The KV cache is owned by the caller (see kv_cache.h) and passed per step.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model_config/model_config.h"
+#include "kernels/backend.h"
+
+namespace xserv::model {
+
+// One step's inputs, already on the backend's device. Rows are tokens: the tokens of every
+// scheduled sequence (prefill chunks and decode tokens), sequence after sequence.
+struct ForwardInputs {
+  kernels::Tensor token_ids;       // i32 [T]
+  kernels::Tensor positions;       // i32 [T]: position of each token in its sequence
+  kernels::AttentionBatch attention;
+  kernels::Tensor logits_indices;  // i32 [L]: rows whose next-token logits are wanted
+};
+
+struct ModelLoadOptions {
+  int max_num_tokens = 2048;  // most tokens one Forward may take (sizes the workspace)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  int max_num_tokens() const { return max_num_tokens_; }
+
+  // Runs every layer over the step's tokens, writes their keys and values into `kv` (one entry
+  // per layer) and writes f32 logits [L, vocab_size] for the rows in logits_indices.
+  virtual absl::Status Forward(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
+                               const kernels::Tensor& logits) = 0;
+
+ protected:
+  Model(ModelConfig config, int max_num_tokens)
+      : config_(std::move(config)), max_num_tokens_(max_num_tokens) {}
+
+  // Checks shapes common to every architecture: T within the workspace, matching KV layers.
+  absl::Status CheckInputs(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
+                           const kernels::Tensor& logits) const;
+
+ private:
+  ModelConfig config_;
+  int max_num_tokens_;
+};
+
+// Reads config.json and the safetensors weights of `dir` and builds the model on `backend`.
+// Errors name the file and tensor (missing, unexpected, wrong shape).
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels::Backend& backend,
+                                                 const ModelLoadOptions& options);
+
+}  // namespace xserv::model

@@ -1,0 +1,63 @@
+// WeightLoader: takes tensors by name from a checkpoint directory, checks their shapes, converts
+// them to the backend's compute dtype and uploads them, and at the end reports every missing and
+// every unused tensor at once (so a wrong checkpoint fails with one complete message).
+//
+// Used only during model loading, on one thread. The checkpoint stays mapped while it lives.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/safetensors/safetensors_model.h"
+#include "kernels/backend.h"
+
+namespace xserv::model {
+
+class WeightLoader {
+ public:
+  static absl::StatusOr<WeightLoader> Open(const std::string& dir, kernels::Backend& backend);
+
+  bool Has(const std::string& name) const { return checkpoint_.Contains(name); }
+
+  // The tensor `name` with exactly `shape`, converted to `dtype` (default: the backend's compute
+  // dtype) on the device. A missing tensor or a wrong shape is recorded (see Finish) and an empty
+  // Buffer is returned so loading can go on and report everything at once.
+  kernels::Buffer Take(const std::string& name, std::vector<int64_t> shape);
+  kernels::Buffer Take(const std::string& name, std::vector<int64_t> shape, kernels::DType dtype);
+  // A [rows, cols] checkpoint tensor stored transposed ([cols, rows], e.g. GPT-2's Conv1D).
+  kernels::Buffer TakeTransposed(const std::string& name, int64_t rows, int64_t cols);
+  // Raw host bytes of a tensor (for formats decoded on the host, e.g. MXFP4 blocks), with the
+  // same shape check. Empty on error (recorded).
+  std::vector<uint8_t> TakeBytes(const std::string& name, std::vector<int64_t> shape,
+                                 kernels::DType dtype);
+  // The tensor's values as host floats (for layouts rearranged on the host before upload), with
+  // the same shape check; false when missing or misshapen (recorded).
+  bool ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
+                      std::vector<float>& out);
+  // Uploads host floats produced by the caller into a new tensor of the compute dtype.
+  kernels::Buffer Upload(const std::vector<float>& values, std::vector<int64_t> shape);
+
+  // Marks a tensor as deliberately unused (e.g. lm_head.weight of a tied model).
+  void Ignore(const std::string& name);
+
+  // OK when every Take found its tensor and every tensor was taken or ignored; otherwise one
+  // error naming the directory and listing the missing, misshapen and unexpected tensors.
+  absl::Status Finish() const;
+
+  uint64_t bytes_loaded() const { return bytes_loaded_; }
+
+ private:
+  WeightLoader(std::string dir, safetensors::SafetensorsModel checkpoint, kernels::Backend& backend)
+      : dir_(std::move(dir)), checkpoint_(std::move(checkpoint)), backend_(&backend) {}
+
+  std::string dir_;
+  safetensors::SafetensorsModel checkpoint_;
+  kernels::Backend* backend_;
+  std::set<std::string> used_;
+  std::vector<std::string> problems_;
+  uint64_t bytes_loaded_ = 0;
+};
+
+}  // namespace xserv::model
