@@ -1,0 +1,148 @@
+// FakeModel and Driver: test doubles that run StepPlans against simulated KV memory.
+//
+// FakeModel keeps one token id per KV slot (device and host pools), executes a plan's swap and
+// copy ops in the documented order, writes each scheduled token into its slot through the block
+// table, and samples the next token as a hash of the context it reads back through the block
+// table. The "model" is therefore a pure function of a sequence's own tokens — but only if the
+// scheduler's block tables, copies, swaps and prefix-cache hits are right: any KV bookkeeping
+// error changes the output. Single-threaded test code.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/scheduler.h"
+
+namespace xserv::engine::testing {
+
+inline int32_t NextToken(std::span<const int32_t> context, int32_t vocab) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t t : context) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ULL;
+  h ^= h >> 29;
+  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab));
+}
+
+class FakeModel {
+ public:
+  FakeModel(const BlockManagerConfig& blocks, int32_t vocab, std::optional<int32_t> eos)
+      : block_size_(blocks.block_size),
+        vocab_(vocab),
+        eos_(eos),
+        device_(static_cast<size_t>(blocks.num_device_blocks) * blocks.block_size, -1),
+        host_(static_cast<size_t>(blocks.num_host_blocks) * blocks.block_size, -1) {}
+
+  StepResult Execute(const StepPlan& plan) {
+    for (const BlockSwap& op : plan.swap_out) CopyBlock(device_, op.src, host_, op.dst);
+    for (const BlockCopy& op : plan.copies) CopyBlock(device_, op.src, device_, op.dst);
+    for (const BlockSwap& op : plan.swap_in) CopyBlock(host_, op.src, device_, op.dst);
+    // All writes before any read, as in a batched forward: two sequences writing one slot
+    // would show up as a wrong context for one of them.
+    for (const ScheduledSequence& s : plan.seqs) {
+      for (int32_t p = s.start_position; p < s.num_computed_tokens_after; ++p) {
+        device_[Slot(s.block_table, p)] = s.token_ids[p - s.start_position];
+      }
+    }
+    StepResult result;
+    result.step_id = plan.step_id;
+    for (const ScheduledSequence& s : plan.seqs) {
+      if (!s.samples) continue;
+      std::vector<int32_t> context(s.num_computed_tokens_after);
+      for (int32_t p = 0; p < s.num_computed_tokens_after; ++p) {
+        context[p] = device_[Slot(s.block_table, p)];
+      }
+      const int32_t token = NextToken(context, vocab_);
+      result.sampled.push_back(
+          {.request_id = s.request_id, .token_id = token, .stop = eos_ && token == *eos_});
+    }
+    return result;
+  }
+
+ private:
+  size_t Slot(const std::vector<BlockId>& table, int32_t position) const {
+    const size_t index = position / block_size_;
+    EXPECT_LT(index, table.size());
+    return static_cast<size_t>(table.at(index)) * block_size_ + position % block_size_;
+  }
+  void CopyBlock(const std::vector<int32_t>& from, BlockId src, std::vector<int32_t>& to,
+                 BlockId dst) {
+    std::copy_n(from.begin() + static_cast<size_t>(src) * block_size_, block_size_,
+                to.begin() + static_cast<size_t>(dst) * block_size_);
+  }
+
+  int32_t block_size_;
+  int32_t vocab_;
+  std::optional<int32_t> eos_;
+  std::vector<int32_t> device_;
+  std::vector<int32_t> host_;
+};
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::optional<FinishReason> reason;
+  std::string message;
+};
+
+// What the fake model generates for `prompt` when run alone with no KV tricks at all.
+inline Outcome Reference(std::vector<int32_t> context, int32_t max_tokens, int32_t max_model_len,
+                         int32_t vocab, std::optional<int32_t> eos) {
+  Outcome out;
+  while (true) {
+    const int32_t token = NextToken(context, vocab);
+    context.push_back(token);
+    out.tokens.push_back(token);
+    if (eos && token == *eos) {
+      out.reason = FinishReason::kStop;
+    } else if (static_cast<int32_t>(out.tokens.size()) >= max_tokens ||
+               static_cast<int32_t>(context.size()) >= max_model_len) {
+      out.reason = FinishReason::kLength;
+    }
+    if (out.reason) return out;
+  }
+}
+
+// Engine loop stand-in: Step, execute, report; records every request's stream and ending.
+class Driver {
+ public:
+  Driver(Scheduler& scheduler, int32_t vocab, std::optional<int32_t> eos = std::nullopt)
+      : scheduler_(scheduler), model_(scheduler.config().blocks, vocab, eos) {}
+
+  // One engine iteration; returns the plan for inspection.
+  StepPlan Step() {
+    StepPlan plan = scheduler_.Step();
+    for (const FinishedRequest& f : plan.finished) {
+      Outcome& o = outcomes_[f.request_id];
+      EXPECT_FALSE(o.reason.has_value()) << "request " << f.request_id << " finished twice";
+      o.reason = f.reason;
+      o.message = f.message;
+    }
+    if (plan.HasWork()) {
+      StepResult result = model_.Execute(plan);
+      for (const SampledToken& s : result.sampled) outcomes_[s.request_id].tokens.push_back(s.token_id);
+      EXPECT_TRUE(scheduler_.OnStepResult(result).ok());
+    }
+    return plan;
+  }
+
+  // Steps until nothing is pending; fails the test if that takes more than `max_steps`.
+  void RunToCompletion(int max_steps = 100000) {
+    for (int i = 0; i < max_steps && scheduler_.HasPendingWork(); ++i) {
+      Step();
+      ASSERT_TRUE(scheduler_.CheckInvariants().ok()) << scheduler_.CheckInvariants();
+    }
+    ASSERT_FALSE(scheduler_.HasPendingWork()) << "did not finish in " << max_steps << " steps";
+  }
+
+  const std::map<RequestId, Outcome>& outcomes() const { return outcomes_; }
+  const Outcome& outcome(RequestId id) { return outcomes_[id]; }
+
+ private:
+  Scheduler& scheduler_;
+  FakeModel model_;
+  std::map<RequestId, Outcome> outcomes_;
+};
+
+}  // namespace xserv::engine::testing

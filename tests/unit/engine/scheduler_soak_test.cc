@@ -1,0 +1,240 @@
+// Randomised soak: thousands of adds, aborts (also between Step and OnStepResult), steps and
+// results over random configurations, with every invariant checked after every step, outputs
+// checked against the reference model, and an empty pool at the end.
+#include <map>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/engine/fake_model.h"
+#include "tests/unit/engine/test_util.h"
+#include "worker/engine/scheduler.h"
+
+namespace xserv::engine {
+namespace {
+
+constexpr int32_t kSoakVocab = 64;
+constexpr int32_t kEos = 0;  // ~1.5% of sampled tokens end a request with kStop
+
+struct SoakParams {
+  uint32_t seed;
+  PreemptionMode mode;
+  bool chunked;
+  bool prefix_caching;
+};
+
+SchedulerConfig RandomConfig(const SoakParams& p, std::mt19937& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  SchedulerConfig c;
+  c.max_model_len = 160;
+  c.enable_chunked_prefill = p.chunked;
+  c.max_num_batched_tokens = p.chunked ? pick(8, 96) : pick(160, 256);
+  c.long_prefill_token_threshold = pick(0, 1) ? pick(4, 40) : 0;
+  c.max_num_seqs = pick(1, 12);
+  c.policy = pick(0, 1) ? SchedulingPolicy(PriorityPolicy{}) : SchedulingPolicy(FcfsPolicy{});
+  c.preemption_mode = p.mode;
+  c.admission_watermark = pick(0, 1) ? 0.05f : 0.f;
+  c.blocks.block_size = pick(0, 1) ? 4 : 16;
+  // From "a max-length request does not fit" (kError paths) to a few max-length requests: the
+  // pool is always tight enough to preempt.
+  const int full = (c.max_model_len + c.blocks.block_size - 1) / c.blocks.block_size;
+  c.blocks.num_device_blocks = pick(full * 6 / 10, full * 3);
+  c.blocks.num_host_blocks = p.mode == PreemptionMode::kSwap && pick(0, 3) != 0
+                                 ? pick(full / 2, full * 3)
+                                 : pick(0, 1) * full;  // 0 turns swapping off
+  c.blocks.enable_prefix_caching = p.prefix_caching;
+  return c;
+}
+
+struct Live {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens;
+  std::vector<int32_t> output;
+};
+
+class SoakTest : public ::testing::TestWithParam<SoakParams> {};
+
+TEST_P(SoakTest, InvariantsHoldAndNothingLeaks) {
+  const SoakParams p = GetParam();
+  std::mt19937 rng(p.seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const SchedulerConfig c = RandomConfig(p, rng);
+  ManualClock clock;
+  auto s = testing::MakeScheduler(c, &clock);
+  ASSERT_NE(s, nullptr);
+  testing::FakeModel model(c.blocks, kSoakVocab, kEos);
+
+  // Shared prefixes so that the prefix cache gets hits, evictions and shared blocks.
+  std::vector<std::vector<int32_t>> bases;
+  for (uint32_t i = 0; i < 4; ++i) bases.push_back(testing::Prompt(120, p.seed * 10 + i));
+
+  std::map<RequestId, Live> live;
+  std::map<RequestId, Live> all;  // every request ever added, for the reference check
+  std::map<RequestId, testing::Outcome> done;
+  RequestId next_id = 1;
+  int num_steps = 0;
+  int num_preemptions = 0;
+
+  auto random_live = [&]() -> std::optional<RequestId> {
+    if (live.empty()) return std::nullopt;
+    auto it = live.begin();
+    std::advance(it, pick(0, static_cast<int>(live.size()) - 1));
+    return it->first;
+  };
+  auto abort_one = [&]() {
+    if (auto id = random_live()) {
+      const absl::Status status = s->AbortRequest(*id);
+      // NotFound: it ended in the last OnStepResult and the next plan will report it.
+      if (status.code() == absl::StatusCode::kNotFound) return;
+      ASSERT_TRUE(status.ok()) << status;
+      done[*id] = {.tokens = live[*id].output, .reason = FinishReason::kAbort, .message = ""};
+      live.erase(*id);
+    }
+  };
+  auto step = [&](bool abort_mid_step) {
+    StepPlan plan = s->Step();
+    ++num_steps;
+    num_preemptions += static_cast<int>(plan.preempted.size());
+    EXPECT_LE(plan.num_batched_tokens, c.max_num_batched_tokens);
+    EXPECT_LE(static_cast<int32_t>(plan.seqs.size()), c.max_num_seqs);
+    for (const FinishedRequest& f : plan.finished) {
+      auto it = live.find(f.request_id);
+      if (it == live.end()) continue;  // aborted by the test, already recorded
+      done[f.request_id] = {.tokens = it->second.output, .reason = f.reason, .message = ""};
+      live.erase(it);
+    }
+    if (!plan.HasWork()) return;
+    if (abort_mid_step) abort_one();
+    StepResult result = model.Execute(plan);
+    for (const SampledToken& t : result.sampled) {
+      auto it = live.find(t.request_id);
+      if (it != live.end()) it->second.output.push_back(t.token_id);
+    }
+    ASSERT_TRUE(s->OnStepResult(result).ok());
+    ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+  };
+
+  for (int op = 0; op < 5000; ++op) {
+    const int r = pick(0, 19);
+    if (r < 5) {
+      const auto& base = bases[pick(0, 3)];
+      std::vector<int32_t> prompt(base.begin(), base.begin() + pick(0, 100));
+      const int32_t tail = pick(prompt.empty() ? 1 : 0, 40);
+      for (int i = 0; i < tail; ++i) prompt.push_back(pick(1, kSoakVocab - 1));
+      if (static_cast<int32_t>(prompt.size()) >= c.max_model_len) prompt.resize(c.max_model_len - 1);
+      const int32_t max_tokens = pick(1, 60);
+      RequestSpec spec = testing::Spec(next_id, prompt, max_tokens, pick(0, 3));
+      spec.use_prefix_cache = pick(0, 9) != 0;
+      ASSERT_TRUE(s->AddRequest(std::move(spec)).ok());
+      live[next_id] = {.prompt = prompt, .max_tokens = max_tokens, .output = {}};
+      all[next_id] = live[next_id];
+      ++next_id;
+    } else if (r < 7) {
+      abort_one();
+      ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+    } else {
+      step(/*abort_mid_step=*/r == 7);
+    }
+    clock.Advance(std::chrono::microseconds(pick(0, 500)));
+  }
+  // Drain: no hang allowed.
+  for (int i = 0; i < 20000 && s->HasPendingWork(); ++i) step(false);
+  ASSERT_FALSE(s->HasPendingWork()) << "scheduler did not drain";
+  EXPECT_TRUE(live.empty());
+
+  const BlockManagerStats stats = s->Stats().blocks;
+  EXPECT_EQ(stats.num_used_device_blocks, 0);
+  EXPECT_EQ(stats.num_free_device_blocks, stats.num_device_blocks);
+  EXPECT_EQ(stats.num_free_host_blocks, stats.num_host_blocks);
+  EXPECT_EQ(s->block_manager().NumSequences(), 0);
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+
+  // Every stream is the reference stream: complete for stop/length, a prefix otherwise.
+  int num_completed = 0;
+  for (const auto& [id, outcome] : done) {
+    ASSERT_TRUE(outcome.reason.has_value());
+    const Live& spec = all.at(id);
+    const testing::Outcome want =
+        testing::Reference(spec.prompt, spec.max_tokens, c.max_model_len, kSoakVocab, kEos);
+    if (*outcome.reason == FinishReason::kStop || *outcome.reason == FinishReason::kLength) {
+      ++num_completed;
+      EXPECT_EQ(outcome.tokens, want.tokens) << "request " << id;
+      EXPECT_EQ(outcome.reason, want.reason) << "request " << id;
+    } else {
+      ASSERT_LE(outcome.tokens.size(), want.tokens.size()) << "request " << id;
+      EXPECT_TRUE(std::equal(outcome.tokens.begin(), outcome.tokens.end(), want.tokens.begin()))
+          << "request " << id;
+    }
+  }
+  EXPECT_GT(num_completed, 0);
+  EXPECT_GT(num_steps, 100);
+  RecordProperty("preemptions", num_preemptions);
+  RecordProperty("prefix_hit_tokens", static_cast<int>(stats.prefix_hit_tokens));
+}
+
+// Bursty arrivals without aborts: every request must complete (or, if larger than the
+// pool, fail) with exactly the reference stream.
+TEST_P(SoakTest, OutputsMatchTheReference) {
+  const SoakParams p = GetParam();
+  std::mt19937 rng(p.seed + 1000);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const SchedulerConfig c = RandomConfig(p, rng);
+  ManualClock clock;
+  auto s = testing::MakeScheduler(c, &clock);
+  ASSERT_NE(s, nullptr);
+  testing::Driver driver(*s, kSoakVocab, kEos);
+  std::map<RequestId, Live> specs;
+  for (RequestId id = 1; id <= 150; ++id) {
+    std::vector<int32_t> prompt = testing::Prompt(pick(1, 40), p.seed % 3);  // shared prefixes
+    for (int i = pick(0, 30); i > 0; --i) prompt.push_back(pick(1, kSoakVocab - 1));
+    const int32_t max_tokens = pick(1, 40);
+    ASSERT_TRUE(s->AddRequest(testing::Spec(id, prompt, max_tokens, pick(0, 3))).ok());
+    specs[id] = {.prompt = prompt, .max_tokens = max_tokens, .output = {}};
+    for (int k = pick(0, 2); k > 0; --k) driver.Step();
+  }
+  driver.RunToCompletion();
+  for (const auto& [id, spec] : specs) {
+    const testing::Outcome& got = driver.outcomes().at(id);
+    const testing::Outcome want =
+        testing::Reference(spec.prompt, spec.max_tokens, c.max_model_len, kSoakVocab, kEos);
+    ASSERT_TRUE(got.reason.has_value());
+    if (*got.reason == FinishReason::kError) {
+      // Only a sequence larger than the whole pool may fail; what it streamed is still right.
+      EXPECT_GT(static_cast<int32_t>(spec.prompt.size() + got.tokens.size()),
+                c.blocks.num_device_blocks * c.blocks.block_size);
+      EXPECT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), want.tokens.begin()));
+    } else {
+      EXPECT_EQ(got.tokens, want.tokens) << "request " << id;
+      EXPECT_EQ(got.reason, want.reason) << "request " << id;
+    }
+  }
+  EXPECT_EQ(s->Stats().blocks.num_used_device_blocks, 0);
+}
+
+std::vector<SoakParams> AllParams() {
+  std::vector<SoakParams> out;
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
+      for (bool chunked : {true, false}) {
+        for (bool prefix_caching : {true, false}) {
+          out.push_back({.seed = seed, .mode = mode, .chunked = chunked,
+                         .prefix_caching = prefix_caching});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, SoakTest, ::testing::ValuesIn(AllParams()),
+    [](const ::testing::TestParamInfo<SoakParams>& info) {
+      const SoakParams& p = info.param;
+      return "seed" + std::to_string(p.seed) +
+             (p.mode == PreemptionMode::kSwap ? "_swap" : "_recompute") +
+             (p.chunked ? "_chunked" : "_whole") + (p.prefix_caching ? "_cache" : "_nocache");
+    });
+
+}  // namespace
+}  // namespace xserv::engine

@@ -1,0 +1,281 @@
+#include "worker/engine/block_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "worker/engine/block_hash.h"
+
+namespace xserv::engine {
+
+absl::Status BlockManagerConfig::Validate() const {
+  if (num_device_blocks < 1) return absl::InvalidArgumentError("num_device_blocks must be >= 1");
+  if (block_size < 1) return absl::InvalidArgumentError("block_size must be >= 1");
+  if (num_host_blocks < 0) return absl::InvalidArgumentError("num_host_blocks must be >= 0");
+  return absl::OkStatus();
+}
+
+BlockManager::BlockManager(const BlockManagerConfig& config)
+    : block_size_(config.block_size),
+      enable_prefix_caching_(config.enable_prefix_caching),
+      device_(config.num_device_blocks, config.block_size),
+      num_host_blocks_(config.num_host_blocks) {
+  XSERV_CHECK(config.Validate().ok());
+  host_free_.reserve(num_host_blocks_);
+  for (BlockId b = num_host_blocks_ - 1; b >= 0; --b) host_free_.push_back(b);
+}
+
+BlockManager::SeqBlocks& BlockManager::Get(SeqId seq) {
+  auto it = seqs_.find(seq);
+  XSERV_CHECK(it != seqs_.end());
+  return it->second;
+}
+
+const BlockManager::SeqBlocks& BlockManager::Get(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  XSERV_CHECK(it != seqs_.end());
+  return it->second;
+}
+
+PrefixMatch BlockManager::FindCachedPrefix(std::span<const int32_t> tokens) const {
+  PrefixMatch match;
+  if (!enable_prefix_caching_ || tokens.empty()) return match;
+  // Keep at least one token uncached: the step that computes it yields the first logits.
+  const size_t max_blocks = (tokens.size() - 1) / block_size_;
+  uint64_t parent = kRootBlockHash;
+  for (size_t i = 0; i < max_blocks; ++i) {
+    auto block_tokens = tokens.subspan(i * block_size_, block_size_);
+    const uint64_t hash = ChainBlockHash(parent, block_tokens);
+    std::optional<BlockId> block = device_.Lookup(hash, parent, block_tokens);
+    if (!block.has_value()) break;
+    match.blocks.push_back(*block);
+    match.hashes.push_back(hash);
+    if (device_.RefCount(*block) == 0) ++match.num_evictable;
+    parent = hash;
+  }
+  match.num_tokens = static_cast<int32_t>(match.blocks.size()) * block_size_;
+  return match;
+}
+
+absl::Status BlockManager::AllocateSequence(SeqId seq, std::span<const int32_t> tokens,
+                                            const PrefixMatch& match, int32_t num_slots,
+                                            bool count_prefix_query) {
+  XSERV_CHECK(!seqs_.contains(seq));
+  XSERV_CHECK(num_slots >= match.num_tokens);
+  const int32_t num_fresh = BlocksFor(num_slots) - static_cast<int32_t>(match.blocks.size());
+  if (num_fresh + match.num_evictable > device_.NumAllocatable()) {
+    return absl::ResourceExhaustedError("not enough free KV blocks");
+  }
+  SeqBlocks& s = seqs_[seq];
+  s.table.reserve(BlocksFor(num_slots));
+  // Acquire the hits before allocating, so that allocation cannot evict them.
+  for (BlockId b : match.blocks) {
+    device_.Acquire(b);
+    s.table.push_back(b);
+  }
+  s.hashes = match.hashes;
+  for (int32_t i = 0; i < num_fresh; ++i) s.table.push_back(device_.Allocate());
+  if (count_prefix_query) {
+    prefix_query_tokens_ += tokens.size();
+    prefix_hit_tokens_ += match.num_tokens;
+  }
+  return absl::OkStatus();
+}
+
+int32_t BlockManager::NumBlocksNeeded(SeqId seq, int32_t num_computed, int32_t num_slots) const {
+  const SeqBlocks& s = Get(seq);
+  XSERV_CHECK(s.location == Location::kDevice);
+  const int32_t num_existing = static_cast<int32_t>(s.table.size());
+  const int32_t end = BlocksFor(num_slots);
+  int32_t needed = std::max(0, end - num_existing);
+  for (int32_t j = num_computed / block_size_; j < std::min(num_existing, end); ++j) {
+    if (device_.RefCount(s.table[j]) > 1) ++needed;
+  }
+  return needed;
+}
+
+int32_t BlockManager::MaxAppendableTokens(SeqId seq, int32_t num_computed,
+                                          int32_t max_new_tokens) const {
+  const SeqBlocks& s = Get(seq);
+  XSERV_CHECK(s.location == Location::kDevice);
+  const int32_t num_existing = static_cast<int32_t>(s.table.size());
+  const int32_t free_blocks = device_.NumAllocatable();
+  int32_t cost = 0;
+  for (int32_t j = num_computed / block_size_;; ++j) {
+    const bool needs_block = j >= num_existing || device_.RefCount(s.table[j]) > 1;
+    if (needs_block && ++cost > free_blocks) {
+      return std::clamp(j * block_size_ - num_computed, 0, max_new_tokens);
+    }
+    if ((j + 1) * block_size_ - num_computed >= max_new_tokens) return max_new_tokens;
+  }
+}
+
+absl::Status BlockManager::AllocateSlots(SeqId seq, int32_t num_computed, int32_t num_slots,
+                                         std::vector<BlockCopy>* copies) {
+  if (NumBlocksNeeded(seq, num_computed, num_slots) > device_.NumAllocatable()) {
+    return absl::ResourceExhaustedError("not enough free KV blocks");
+  }
+  SeqBlocks& s = Get(seq);
+  const int32_t end = BlocksFor(num_slots);
+  const int32_t num_existing = static_cast<int32_t>(s.table.size());
+  for (int32_t j = num_computed / block_size_; j < std::min(num_existing, end); ++j) {
+    const BlockId shared = s.table[j];
+    if (device_.RefCount(shared) == 1) continue;
+    // Another sequence reads this block: write into a private copy instead.
+    const BlockId copy = device_.Allocate();
+    copies->push_back({.src = shared, .dst = copy});
+    device_.Release(shared);
+    s.table[j] = copy;
+    ++num_cow_copies_;
+  }
+  while (static_cast<int32_t>(s.table.size()) < end) s.table.push_back(device_.Allocate());
+  return absl::OkStatus();
+}
+
+void BlockManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens,
+                                  int32_t num_computed) {
+  if (!enable_prefix_caching_) return;
+  SeqBlocks& s = Get(seq);
+  XSERV_CHECK(s.location == Location::kDevice);
+  XSERV_CHECK(num_computed <= static_cast<int32_t>(tokens.size()));
+  const size_t num_full =
+      std::min(static_cast<size_t>(num_computed / block_size_), s.table.size());
+  for (size_t i = s.hashes.size(); i < num_full; ++i) {
+    const uint64_t parent = i == 0 ? kRootBlockHash : s.hashes[i - 1];
+    auto block_tokens = tokens.subspan(i * block_size_, block_size_);
+    const uint64_t hash = ChainBlockHash(parent, block_tokens);
+    s.hashes.push_back(hash);
+    device_.Register(s.table[i], hash, parent, block_tokens);
+  }
+}
+
+absl::Status BlockManager::Fork(SeqId parent, SeqId child) {
+  if (seqs_.contains(child)) return absl::AlreadyExistsError("child sequence exists");
+  const SeqBlocks& p = Get(parent);
+  if (p.location != Location::kDevice) {
+    return absl::FailedPreconditionError("cannot fork a swapped-out sequence");
+  }
+  SeqBlocks c = p;
+  for (BlockId b : c.table) device_.Acquire(b);
+  seqs_.emplace(child, std::move(c));
+  return absl::OkStatus();
+}
+
+bool BlockManager::IsSwappedOut(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it != seqs_.end() && it->second.location == Location::kHost;
+}
+
+bool BlockManager::CanSwapOut(SeqId seq) const {
+  const SeqBlocks& s = Get(seq);
+  return s.location == Location::kDevice && num_host_blocks_ > 0 &&
+         host_free_.size() >= s.table.size();
+}
+
+absl::Status BlockManager::SwapOut(SeqId seq, std::vector<BlockSwap>* ops) {
+  if (!CanSwapOut(seq)) return absl::ResourceExhaustedError("not enough free host blocks");
+  SeqBlocks& s = Get(seq);
+  std::vector<BlockId> host_table;
+  host_table.reserve(s.table.size());
+  for (BlockId device_block : s.table) {
+    const BlockId host_block = host_free_.back();
+    host_free_.pop_back();
+    ops->push_back({.src = device_block, .dst = host_block});
+    host_table.push_back(host_block);
+  }
+  ReleaseTable(s.table);
+  s.table = std::move(host_table);
+  s.location = Location::kHost;
+  return absl::OkStatus();
+}
+
+bool BlockManager::CanSwapIn(SeqId seq, int32_t extra_blocks) const {
+  const SeqBlocks& s = Get(seq);
+  return s.location == Location::kHost &&
+         static_cast<int64_t>(s.table.size()) + extra_blocks <= device_.NumAllocatable();
+}
+
+absl::Status BlockManager::SwapIn(SeqId seq, std::vector<BlockSwap>* ops) {
+  if (!CanSwapIn(seq, 0)) return absl::ResourceExhaustedError("not enough free KV blocks");
+  SeqBlocks& s = Get(seq);
+  // Fresh device blocks are not re-entered into the prefix index; the originals may still be
+  // cached there, and the copies are freed like any uncached block.
+  for (BlockId& block : s.table) {
+    const BlockId device_block = device_.Allocate();
+    ops->push_back({.src = block, .dst = device_block});
+    host_free_.push_back(block);
+    block = device_block;
+  }
+  s.location = Location::kDevice;
+  return absl::OkStatus();
+}
+
+void BlockManager::Free(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  if (it->second.location == Location::kDevice) {
+    ReleaseTable(it->second.table);
+  } else {
+    for (BlockId b : it->second.table) host_free_.push_back(b);
+  }
+  seqs_.erase(it);
+}
+
+void BlockManager::ReleaseTable(const std::vector<BlockId>& table) {
+  // Last block first: a sequence's tail is the part least likely to be shared by later
+  // prompts, so it should reach the LRU head (evicted first) before its prefix does.
+  for (auto it = table.rbegin(); it != table.rend(); ++it) device_.Release(*it);
+}
+
+std::span<const BlockId> BlockManager::BlockTable(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return {};
+  return it->second.table;
+}
+
+BlockManagerStats BlockManager::Stats() const {
+  return {
+      .num_device_blocks = device_.num_blocks(),
+      .num_free_device_blocks = device_.NumAllocatable(),
+      .num_used_device_blocks = device_.num_blocks() - device_.NumAllocatable(),
+      .num_cached_blocks = device_.NumCached(),
+      .num_evictable_blocks = device_.NumEvictable(),
+      .num_host_blocks = num_host_blocks_,
+      .num_free_host_blocks = static_cast<int32_t>(host_free_.size()),
+      .prefix_query_tokens = prefix_query_tokens_,
+      .prefix_hit_tokens = prefix_hit_tokens_,
+      .num_evictions = device_.num_evictions(),
+      .num_cow_copies = num_cow_copies_,
+  };
+}
+
+absl::Status BlockManager::CheckInvariants() const {
+  std::vector<int32_t> refs(device_.num_blocks(), 0);
+  std::vector<int32_t> host_owners(num_host_blocks_, 0);
+  for (BlockId b : host_free_) {
+    if (b < 0 || b >= num_host_blocks_) return absl::InternalError("bad host free block");
+    ++host_owners[b];
+  }
+  for (const auto& [seq, s] : seqs_) {
+    const bool on_device = s.location == Location::kDevice;
+    const int32_t limit = on_device ? device_.num_blocks() : num_host_blocks_;
+    for (BlockId b : s.table) {
+      if (b < 0 || b >= limit) {
+        return absl::InternalError(absl::StrCat("seq ", seq, " holds bad block ", b));
+      }
+      ++(on_device ? refs : host_owners)[b];
+    }
+    if (s.hashes.size() > s.table.size()) {
+      return absl::InternalError(absl::StrCat("seq ", seq, " has more hashes than blocks"));
+    }
+  }
+  for (BlockId b = 0; b < num_host_blocks_; ++b) {
+    if (host_owners[b] != 1) {
+      return absl::InternalError(
+          absl::StrCat("host block ", b, " owned ", host_owners[b], " times"));
+    }
+  }
+  return device_.CheckInvariants(refs);
+}
+
+}  // namespace xserv::engine

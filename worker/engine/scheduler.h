@@ -1,0 +1,130 @@
+// Scheduler: iteration-level (continuous-batching) scheduler of one replica — waiting, running
+// and swapped queues, a per-step token budget with chunked prefill mixed with decodes, FCFS or
+// priority order, preemption by swap or recompute, and the KV BlockManager with prefix caching.
+//
+// Owned by the engine loop and called only from the engine-loop thread (not synchronised; gRPC
+// threads post to the engine's inbox instead). Pure logic: no model, no CUDA, no gRPC; time
+// comes from the injected Clock.
+//
+// Engine loop contract:
+//   AddRequest / AbortRequest      any time between steps;
+//   plan = Step();                 report plan.finished, execute the plan (see step_plan.h);
+//   OnStepResult(result)           exactly once after each plan with HasWork(), before the next
+//                                  Step(); one SampledToken per entry with samples == true.
+// Who ends a request: the engine decides kStop (EOS / stop ids / min_tokens / ignore_eos — it
+// owns the sampling parameters) via SampledToken::stop; the scheduler decides kLength
+// (max_tokens, max_model_len), kAbort (AbortRequest) and kError (cannot fit in the KV pool).
+// Every termination is reported once, in the `finished` list of the next plan.
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/block_manager.h"
+#include "worker/engine/clock.h"
+#include "worker/engine/request.h"
+#include "worker/engine/scheduler_config.h"
+#include "worker/engine/step_plan.h"
+
+namespace xserv::engine {
+
+struct SchedulerStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;    // includes requests preempted by recompute
+  int32_t num_swapped = 0;    // preempted by swap
+  uint64_t num_steps = 0;
+  uint64_t num_prompt_tokens_total = 0;      // prompt tokens of requests admitted once
+  uint64_t num_generation_tokens_total = 0;  // sampled tokens accepted
+  uint64_t num_preemptions_total = 0;
+  BlockManagerStats blocks;
+};
+
+class Scheduler {
+ public:
+  // `clock` must outlive the scheduler.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerConfig& config,
+                                                           const Clock* clock);
+
+  // Queues a request. InvalidArgument for an empty prompt, max_tokens < 1 or a prompt that
+  // leaves no room to generate within max_model_len; AlreadyExists for a live id.
+  absl::Status AddRequest(RequestSpec spec);
+  // Ends the request in whatever state and frees its blocks now; reported as kAbort in the next
+  // plan. NotFound if the id is unknown or already finished.
+  absl::Status AbortRequest(RequestId id, std::string message = "aborted");
+
+  StepPlan Step();
+  absl::Status OnStepResult(const StepResult& result);
+
+  // True while any request is queued, running or swapped, or a termination awaits reporting.
+  bool HasPendingWork() const { return !requests_.empty() || !pending_finished_.empty(); }
+  // Engine data attached at AddRequest; nullptr once the request has finished.
+  const std::any* Payload(RequestId id) const;
+  std::optional<RequestState> State(RequestId id) const;
+  // Tokens generated so far (empty once finished).
+  std::span<const int32_t> OutputTokens(RequestId id) const;
+
+  SchedulerStats Stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  const BlockManager& block_manager() const { return blocks_; }
+  // Queues match states, block tables match requests, and BlockManager::CheckInvariants().
+  absl::Status CheckInvariants() const;
+
+ private:
+  using Queue = std::map<QueueKey, Request*>;
+  struct InFlight {
+    RequestId id;
+    int32_t num_new_tokens;
+    bool samples;
+  };
+
+  Scheduler(const SchedulerConfig& config, const Clock* clock);
+
+  Request* Find(RequestId id) const;
+  Queue* QueueOf(RequestState state);
+  std::vector<RequestId> Snapshot(const Queue& queue) const;
+  int32_t ChunkLimit(int32_t num_remaining, int32_t budget) const;
+
+  // Schedules up to `budget` tokens of running request `r`, preempting victims (maybe `r`)
+  // when the pool is short. Returns the tokens scheduled (0 if none).
+  int32_t ScheduleRunning(Request* r, int32_t budget, StepPlan& plan);
+  int32_t ScheduleSwapIn(Request* r, int32_t budget, StepPlan& plan);
+  int32_t ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan);
+  // The worst running request not yet scheduled in this step.
+  Request* PickVictim(uint64_t step_id) const;
+  void Preempt(Request* r, StepPlan& plan);
+  void AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, StepPlan& plan);
+  // Removes `r` from its queue, frees its blocks and destroys it; `r` dangles afterwards.
+  void Finish(Request* r, FinishReason reason, std::string message);
+
+  SchedulerConfig config_;
+  const Clock* clock_;
+  SchedulingPolicy policy_;
+  BlockManager blocks_;
+  int32_t admission_reserve_blocks_;
+
+  absl::flat_hash_map<RequestId, std::unique_ptr<Request>> requests_;
+  Queue waiting_;  // kWaiting and kPreemptedRecompute
+  Queue running_;  // kPrefilling and kDecoding
+  Queue swapped_;  // kPreemptedSwapped
+  std::vector<FinishedRequest> pending_finished_;
+
+  std::vector<InFlight> in_flight_;  // entries of the last plan, until OnStepResult
+  uint64_t in_flight_step_ = 0;
+
+  uint64_t next_arrival_seq_ = 1;
+  uint64_t num_steps_ = 0;
+  uint64_t num_prompt_tokens_total_ = 0;
+  uint64_t num_generation_tokens_total_ = 0;
+  uint64_t num_preemptions_total_ = 0;
+};
+
+}  // namespace xserv::engine

@@ -1,0 +1,30 @@
+#include "worker/engine/scheduler_config.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace xserv::engine {
+
+absl::Status SchedulerConfig::Validate() const {
+  RETURN_IF_ERROR(blocks.Validate());
+  if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be >= 1");
+  if (max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError("max_num_batched_tokens must be >= 1");
+  }
+  if (max_model_len < 2) return absl::InvalidArgumentError("max_model_len must be >= 2");
+  if (long_prefill_token_threshold < 0) {
+    return absl::InvalidArgumentError("long_prefill_token_threshold must be >= 0");
+  }
+  if (admission_watermark < 0.f || admission_watermark >= 1.f) {
+    return absl::InvalidArgumentError("admission_watermark must be in [0, 1)");
+  }
+  // Without chunking a prompt is scheduled whole; a longer one could never start.
+  if (!enable_chunked_prefill && max_num_batched_tokens < max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "without chunked prefill, max_num_batched_tokens (", max_num_batched_tokens,
+        ") must be >= max_model_len (", max_model_len, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xserv::engine

@@ -1,0 +1,57 @@
+// SchedulerConfig and the scheduling policies it selects.
+//
+// Plain data, built once at start-up (from flags) and copied into the Scheduler; Validate()
+// before use. Any thread may read a config; only the engine-loop thread uses the scheduler.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+
+#include "absl/status/status.h"
+#include "worker/engine/block_manager.h"
+#include "worker/engine/request.h"
+
+namespace xserv::engine {
+
+// First come, first served: arrival order only.
+struct FcfsPolicy {
+  QueueKey Key(int32_t /*priority*/, uint64_t arrival_seq) const {
+    return {.rank = 0, .arrival_seq = arrival_seq};
+  }
+};
+
+// Lower priority value first; equal priorities in arrival order.
+struct PriorityPolicy {
+  QueueKey Key(int32_t priority, uint64_t arrival_seq) const {
+    return {.rank = priority, .arrival_seq = arrival_seq};
+  }
+};
+
+// The same key orders the waiting, running and swapped queues: the front is served first and
+// the back of the running queue is the first preemption victim.
+using SchedulingPolicy = std::variant<FcfsPolicy, PriorityPolicy>;
+
+enum class PreemptionMode : uint8_t {
+  kSwap,       // copy the victim's KV to the host pool; falls back to recompute when it is full
+  kRecompute,  // drop the victim's KV; it prefills prompt + generated tokens again later
+};
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;              // running sequences per step
+  int32_t max_num_batched_tokens = 2048;   // tokens fed per step (decodes + prefill chunks)
+  int32_t max_model_len = 4096;            // prompt + generated tokens per request
+  bool enable_chunked_prefill = true;
+  // Per-request cap on one prefill chunk (0 = none): stops one long prompt from taking the
+  // whole budget while others wait to start.
+  int32_t long_prefill_token_threshold = 0;
+  SchedulingPolicy policy = FcfsPolicy{};
+  PreemptionMode preemption_mode = PreemptionMode::kSwap;
+  // New requests are admitted only while this fraction of the device pool stays free, so
+  // running decodes do not preempt right after an admission. Ignored when nothing runs.
+  float admission_watermark = 0.01f;
+  BlockManagerConfig blocks;  // pool sizes, block size, enable_prefix_caching
+
+  absl::Status Validate() const;
+};
+
+}  // namespace xserv::engine
