@@ -1,5 +1,7 @@
 #include "worker/model/kv_cache.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -11,15 +13,20 @@ int64_t KvCache::BytesPerBlock(const ModelConfig& c, int64_t block_size, kernels
 }
 
 absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const ModelConfig& c,
-                                          int64_t num_blocks, int64_t block_size) {
+                                          int64_t num_blocks, int64_t block_size,
+                                          int64_t num_host_blocks) {
   if (num_blocks < 1 || block_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache needs at least one block of one token, got ", num_blocks,
                      " blocks of ", block_size));
   }
   KvCache cache;
+  cache.backend_ = &backend;
   cache.num_blocks_ = num_blocks;
   cache.block_size_ = block_size;
+  cache.num_host_blocks_ = std::max<int64_t>(0, num_host_blocks);
+  cache.block_bytes_ = static_cast<size_t>(block_size * c.num_kv_heads * c.head_dim) *
+                       kernels::DTypeSize(backend.compute_dtype());
   for (int64_t l = 0; l < c.num_layers; ++l) {
     ASSIGN_OR_RETURN(kernels::Buffer k, backend.Allocate(backend.compute_dtype(),
                                                          {num_blocks, block_size, c.num_kv_heads,
@@ -30,8 +37,63 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
     cache.layers_.push_back({k.view(), v.view()});
     cache.buffers_.push_back(std::move(k));
     cache.buffers_.push_back(std::move(v));
+    if (cache.num_host_blocks_ > 0) {
+      for (int i = 0; i < 2; ++i) {
+        cache.host_.emplace_back(cache.block_bytes_ * cache.num_host_blocks_);
+      }
+    }
   }
   return cache;
+}
+
+absl::Status KvCache::CheckPair(const BlockPair& pair, int64_t src_limit,
+                                int64_t dst_limit) const {
+  if (pair.first < 0 || pair.first >= src_limit || pair.second < 0 || pair.second >= dst_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("KV block move ", pair.first, " -> ",
+                                                   pair.second, " outside the pools"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::SwapOut(std::span<const BlockPair> pairs) {
+  for (const BlockPair& pair : pairs) {
+    RETURN_IF_ERROR(CheckPair(pair, num_blocks_, num_host_blocks_));
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const kernels::KvLayer& layer = layers_[l];
+      RETURN_IF_ERROR(backend_->CopyToHost(layer.k.SliceRows(pair.first, pair.first + 1),
+                                           host_[2 * l].data() + pair.second * block_bytes_));
+      RETURN_IF_ERROR(backend_->CopyToHost(layer.v.SliceRows(pair.first, pair.first + 1),
+                                           host_[2 * l + 1].data() + pair.second * block_bytes_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::SwapIn(std::span<const BlockPair> pairs) {
+  for (const BlockPair& pair : pairs) {
+    RETURN_IF_ERROR(CheckPair(pair, num_host_blocks_, num_blocks_));
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const kernels::KvLayer& layer = layers_[l];
+      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l].data() + pair.first * block_bytes_,
+                                             layer.k.SliceRows(pair.second, pair.second + 1)));
+      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l + 1].data() + pair.first * block_bytes_,
+                                             layer.v.SliceRows(pair.second, pair.second + 1)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::CopyBlocks(std::span<const BlockPair> pairs) {
+  for (const BlockPair& pair : pairs) {
+    RETURN_IF_ERROR(CheckPair(pair, num_blocks_, num_blocks_));
+    for (const kernels::KvLayer& layer : layers_) {
+      RETURN_IF_ERROR(backend_->Convert(layer.k.SliceRows(pair.first, pair.first + 1),
+                                        layer.k.SliceRows(pair.second, pair.second + 1)));
+      RETURN_IF_ERROR(backend_->Convert(layer.v.SliceRows(pair.first, pair.first + 1),
+                                        layer.v.SliceRows(pair.second, pair.second + 1)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace xserv::model

@@ -1,0 +1,90 @@
+#include "tests/integration/process.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace xserv::testing {
+
+std::string BinaryPath(const std::string& name) { return std::string(XSERV_BIN_DIR) + "/" + name; }
+
+std::string SourcePath(const std::string& relative) {
+  return std::string(XSERV_SOURCE_DIR) + "/" + relative;
+}
+
+std::string MakeTempDir() {
+  std::string templ = "/tmp/xserv-test-XXXXXX";
+  return mkdtemp(templ.data());
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && Running()) Stop(SIGKILL, std::chrono::seconds(5));
+}
+
+bool ChildProcess::StartServer(const std::string& binary, std::vector<std::string> args,
+                               std::chrono::milliseconds timeout) {
+  const std::string dir = MakeTempDir();
+  const std::string port_file = dir + "/port";
+  log_path_ = dir + "/" + binary + ".log";
+  args.insert(args.begin(), BinaryPath(binary));
+  args.insert(args.end(), {"--port", "0", "--port-file", port_file});
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    // The test runner may block signals; the child must start with a clean mask.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(port_file);
+    if (in >> port_ && port_ > 0) return true;
+    if (!Running()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string ChildProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool ChildProcess::Running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  const pid_t r = waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pid_ = -pid_;
+    return false;
+  }
+  return r == 0;
+}
+
+int ChildProcess::Stop(int sig, std::chrono::milliseconds timeout) {
+  if (pid_ > 0) kill(pid_, sig);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!Running()) return exit_status_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+}  // namespace xserv::testing

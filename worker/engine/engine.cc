@@ -1,0 +1,423 @@
+#include "worker/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+#include "worker/sampling/sampler.h"
+
+namespace xserv::engine {
+
+struct Engine::Live {
+  GenerateParams params;
+  uint64_t seed = 0;
+  Time arrival{};
+  std::optional<Time> first_scheduled;
+  std::optional<Time> first_token;
+  int32_t cached_tokens = 0;
+  std::vector<sampling::PositionLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+  std::optional<int32_t> stop_token;
+  std::vector<int32_t> banned;  // EOS + stop ids, enforced while below min_tokens
+
+  bool WantsPromptLogprobs() const {
+    return params.sampling.prompt_logprobs >= 0 && !prompt_logprobs_sent &&
+           prompt_logprobs.size() + 1 < params.prompt.size();
+  }
+};
+
+namespace {
+
+double Seconds(Time from, Time to) { return std::chrono::duration<double>(to - from).count(); }
+
+bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+std::vector<std::pair<int32_t, int32_t>> Pairs(const std::vector<BlockSwap>& moves) {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  for (const BlockSwap& m : moves) out.emplace_back(m.src, m.dst);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
+                                                       kernels::Backend& backend,
+                                                       std::unique_ptr<model::Model> model,
+                                                       std::unique_ptr<model::KvCache> kv,
+                                                       const Clock* clock) {
+  RETURN_IF_ERROR(config.scheduler.Validate());
+  if (config.scheduler.blocks.block_size != kv->block_size() ||
+      config.scheduler.blocks.num_device_blocks != kv->num_blocks() ||
+      config.scheduler.blocks.num_host_blocks > kv->num_host_blocks()) {
+    return absl::InvalidArgumentError("engine: scheduler block pools differ from the KV cache");
+  }
+  if (config.scheduler.max_num_batched_tokens > model->max_num_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: max_num_batched_tokens ", config.scheduler.max_num_batched_tokens,
+        " exceeds the model workspace of ", model->max_num_tokens(), " tokens"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config.scheduler, clock));
+  const int64_t block_size = kv->block_size();
+  ASSIGN_OR_RETURN(
+      model::BatchBuilder builder,
+      model::BatchBuilder::Create(
+          backend, model::BatchLimits{
+                       .max_tokens = config.scheduler.max_num_batched_tokens,
+                       .max_seqs = config.scheduler.max_num_seqs,
+                       .max_blocks_per_seq =
+                           (config.scheduler.max_model_len + block_size - 1) / block_size,
+                       .block_size = block_size}));
+  auto engine = std::unique_ptr<Engine>(new Engine(config, backend, std::move(model), std::move(kv),
+                                                   std::move(scheduler), std::move(builder),
+                                                   clock));
+  ASSIGN_OR_RETURN(engine->logits_,
+                   backend.Allocate(kernels::DType::kF32,
+                                    {config.scheduler.max_num_batched_tokens,
+                                     engine->model_->config().vocab_size}));
+  return engine;
+}
+
+Engine::Engine(const EngineConfig& config, kernels::Backend& backend,
+               std::unique_ptr<model::Model> model, std::unique_ptr<model::KvCache> kv,
+               std::unique_ptr<Scheduler> scheduler, model::BatchBuilder builder,
+               const Clock* clock)
+    : config_(config),
+      backend_(backend),
+      model_(std::move(model)),
+      kv_(std::move(kv)),
+      scheduler_(std::move(scheduler)),
+      builder_(std::move(builder)),
+      clock_(clock) {}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+  load_.draining = true;
+}
+
+absl::Status Engine::Submit(GenerateParams p) {
+  const int64_t vocab = model_->config().vocab_size;
+  const int32_t context = config_.scheduler.max_model_len;
+  if (p.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
+  if (p.sink == nullptr) return absl::InvalidArgumentError("request has no output sink");
+  if (p.prompt.empty()) return absl::InvalidArgumentError("prompt must not be empty");
+  for (size_t i = 0; i < p.prompt.size(); ++i) {
+    if (p.prompt[i] < 0 || p.prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", p.prompt[i], " at position ",
+                                                     i, " is outside the vocabulary of ", vocab));
+    }
+  }
+  const int32_t prompt_len = static_cast<int32_t>(p.prompt.size());
+  if (prompt_len >= context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt_len,
+                                                   " tokens; the context holds ", context,
+                                                   " including at least one generated token"));
+  }
+  if (!p.max_tokens) p.max_tokens = context - prompt_len;
+  if (*p.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be at least 1");
+  if (prompt_len + *p.max_tokens > context) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens ", *p.max_tokens, " plus ",
+                                                   prompt_len, " prompt tokens exceeds the context of ",
+                                                   context));
+  }
+  if (p.min_tokens < 0 || p.min_tokens > *p.max_tokens) {
+    return absl::InvalidArgumentError("min_tokens must be between 0 and max_tokens");
+  }
+  for (int32_t id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("stop token id ", id,
+                                                     " is outside the vocabulary"));
+    }
+  }
+  RETURN_IF_ERROR(p.sampling.Validate(vocab));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return absl::UnavailableError("engine failed: " + failure_.ToString());
+    if (stop_ || draining_) return absl::UnavailableError("worker is draining");
+    if (live_ids_.contains(p.request_id) || pending_ids_.contains(p.request_id)) {
+      return absl::AlreadyExistsError("request id " + p.request_id + " is already live");
+    }
+    pending_ids_.insert(p.request_id);
+    inbox_adds_.push_back(std::move(p));
+  }
+  wake_.notify_one();
+  return absl::OkStatus();
+}
+
+bool Engine::Abort(const std::string& request_id) {
+  bool live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = live_ids_.contains(request_id) || pending_ids_.contains(request_id);
+    if (live) inbox_aborts_.push_back(request_id);
+  }
+  if (live) wake_.notify_one();
+  return live;
+}
+
+EngineLoad Engine::Load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return load_;
+}
+
+int64_t Engine::num_live_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(live_ids_.size() + pending_ids_.size());
+}
+
+absl::Status Engine::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void Engine::DrainInbox() {
+  std::deque<GenerateParams> adds;
+  std::vector<std::string> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adds.swap(inbox_adds_);
+    aborts.swap(inbox_aborts_);
+  }
+  static std::random_device entropy;
+  for (GenerateParams& p : adds) {
+    auto live = std::make_unique<Live>();
+    live->arrival = clock_->Now();
+    live->seed = p.sampling.seed ? *p.sampling.seed
+                                 : (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+    live->banned = p.stop_token_ids;
+    if (!p.ignore_eos) {
+      live->banned.insert(live->banned.end(), config_.eos_token_ids.begin(),
+                          config_.eos_token_ids.end());
+    }
+    live->params = std::move(p);
+    const RequestId id = next_id_++;
+    RequestSpec spec;
+    spec.id = id;
+    spec.prompt_token_ids = live->params.prompt;
+    spec.max_tokens = *live->params.max_tokens;
+    spec.priority = live->params.priority;
+    spec.use_prefix_cache = live->params.sampling.prompt_logprobs < 0;
+    const absl::Status added = scheduler_->AddRequest(std::move(spec));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ids_.erase(live->params.request_id);
+      if (added.ok()) live_ids_[live->params.request_id] = id;
+    }
+    if (!added.ok()) {  // sinks are called without the lock: they may call back into Abort
+      live->params.sink->OnFinished(FinishInfo{
+          .reason = FinishReason::kError,
+          .prompt_tokens = static_cast<int32_t>(live->params.prompt.size()),
+          .message = std::string(added.message())});
+      continue;
+    }
+    live_[id] = std::move(live);
+  }
+  for (const std::string& external : aborts) {
+    RequestId id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_ids_.find(external);
+      if (it == live_ids_.end()) continue;
+      id = it->second;
+    }
+    // Reported as kAbort in the next plan's finished list.
+    (void)scheduler_->AbortRequest(id, "aborted by the client");
+  }
+}
+
+void Engine::DeliverFinished(const FinishedRequest& finished) {
+  auto it = live_.find(finished.request_id);
+  if (it == live_.end()) return;
+  Live& l = *it->second;
+  const Time now = clock_->Now();
+  FinishInfo info;
+  info.reason = finished.reason;
+  if (finished.reason == FinishReason::kStop) info.stop_token = l.stop_token;
+  info.prompt_tokens = finished.num_prompt_tokens;
+  info.completion_tokens = finished.num_output_tokens;
+  info.cached_prompt_tokens = l.cached_tokens;
+  info.message = finished.message;
+  info.queue_time_s = Seconds(l.arrival, l.first_scheduled.value_or(now));
+  info.time_to_first_token_s = l.first_token ? Seconds(l.arrival, *l.first_token) : 0.0;
+  if (l.WantsPromptLogprobs() || (!l.prompt_logprobs_sent && !l.prompt_logprobs.empty())) {
+    l.params.sink->OnTokens({}, std::move(l.prompt_logprobs));  // e.g. aborted after prefill
+  }
+  l.params.sink->OnFinished(info);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_ids_.erase(l.params.request_id);
+  }
+  live_.erase(it);
+}
+
+absl::StatusOr<bool> Engine::RunStep() {
+  StepPlan plan = scheduler_->Step();
+  for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
+  RETURN_IF_ERROR(kv_->SwapOut(Pairs(plan.swap_out)));
+  {
+    std::vector<std::pair<int32_t, int32_t>> copies;
+    for (const BlockCopy& c : plan.copies) copies.emplace_back(c.src, c.dst);
+    RETURN_IF_ERROR(kv_->CopyBlocks(copies));
+  }
+  RETURN_IF_ERROR(kv_->SwapIn(Pairs(plan.swap_in)));
+  if (!plan.HasWork()) return !plan.finished.empty();
+
+  const Time now = clock_->Now();
+  std::vector<model::SequenceChunk> chunks;
+  std::vector<int64_t> first_row(plan.seqs.size());
+  int64_t rows = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSequence& s = plan.seqs[i];
+    Live& l = *live_.at(s.request_id);
+    if (!l.first_scheduled) {
+      l.first_scheduled = now;
+      l.cached_tokens = s.num_cached_tokens;
+    }
+    model::LogitsRows mode = s.samples ? model::LogitsRows::kLast : model::LogitsRows::kNone;
+    if (l.WantsPromptLogprobs()) mode = model::LogitsRows::kAll;
+    first_row[i] = rows;
+    rows += mode == model::LogitsRows::kAll ? static_cast<int64_t>(s.token_ids.size())
+                                            : (mode == model::LogitsRows::kLast ? 1 : 0);
+    chunks.push_back(model::SequenceChunk{.tokens = s.token_ids,
+                                          .start_position = s.start_position,
+                                          .block_table = s.block_table,
+                                          .logits = mode});
+  }
+  ASSIGN_OR_RETURN(model::ForwardInputs inputs, builder_.Build(chunks));
+  const int64_t vocab = model_->config().vocab_size;
+  const kernels::Tensor logits = logits_.view().SliceRows(0, rows);
+  RETURN_IF_ERROR(model_->Forward(inputs, kv_->layers(), logits));
+  std::vector<float> host(static_cast<size_t>(rows * vocab));
+  if (rows > 0) RETURN_IF_ERROR(backend_.CopyToHost(logits, host.data()));
+
+  StepResult result{.step_id = plan.step_id};
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSequence& s = plan.seqs[i];
+    Live& l = *live_.at(s.request_id);
+    const bool all_rows = chunks[i].logits == model::LogitsRows::kAll;
+    if (all_rows) {  // prompt logprobs of the positions this chunk covered
+      const int32_t top = l.params.sampling.prompt_logprobs;
+      for (size_t j = 0; j < s.token_ids.size(); ++j) {
+        const size_t next = static_cast<size_t>(s.start_position) + j + 1;
+        if (next >= l.params.prompt.size() || next != l.prompt_logprobs.size() + 1) continue;
+        const float* row = host.data() + (first_row[i] + j) * vocab;
+        l.prompt_logprobs.push_back(sampling::ComputeLogprobs(
+            std::span<const float>(row, vocab), l.params.prompt[next], top));
+      }
+    }
+    if (!s.samples) continue;
+    const int64_t row_index = all_rows ? first_row[i] + static_cast<int64_t>(s.token_ids.size()) - 1
+                                       : first_row[i];
+    const std::span<const float> row(host.data() + row_index * vocab, vocab);
+    const std::span<const int32_t> outputs = scheduler_->OutputTokens(s.request_id);
+    sampling::SamplingContext ctx;
+    ctx.prompt_tokens = l.params.prompt;
+    ctx.output_tokens = outputs;
+    ctx.seed = l.seed;
+    if (static_cast<int32_t>(outputs.size()) < l.params.min_tokens) ctx.banned_tokens = l.banned;
+    const sampling::SampleResult sampled = sampling::Sample(row, l.params.sampling, ctx);
+    const int32_t token = sampled.token;
+    const bool stop = Contains(l.params.stop_token_ids, token) ||
+                      (!l.params.ignore_eos && Contains(config_.eos_token_ids, token));
+    if (stop) l.stop_token = token;
+    result.sampled.push_back({.request_id = s.request_id, .token_id = token, .stop = stop});
+    if (!l.first_token) l.first_token = clock_->Now();
+    TokenOutput out{.token = token};
+    if (l.params.sampling.logprobs >= 0) out.logprobs = sampled.logprobs;
+    std::vector<sampling::PositionLogprobs> prompt_logprobs;
+    if (l.params.sampling.prompt_logprobs >= 0 && !l.prompt_logprobs_sent) {
+      prompt_logprobs = std::move(l.prompt_logprobs);
+      l.prompt_logprobs.clear();
+      l.prompt_logprobs_sent = true;
+    }
+    l.params.sink->OnTokens({out}, std::move(prompt_logprobs));
+  }
+  RETURN_IF_ERROR(scheduler_->OnStepResult(result));
+  return true;
+}
+
+void Engine::FailAll(const absl::Status& status) {
+  spdlog::critical("engine failed: {}", status.ToString());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_ = status;
+  }
+  for (auto& [id, live] : live_) {
+    live->params.sink->OnFinished(FinishInfo{.reason = FinishReason::kError,
+                                             .message = "engine failure: " + status.ToString()});
+  }
+  live_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  live_ids_.clear();
+}
+
+void Engine::UpdateLoad(double step_ms) {
+  const SchedulerStats stats = scheduler_->Stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  load_.stats = stats;
+  load_.step_time_ms_avg =
+      load_.step_time_ms_avg == 0 ? step_ms : 0.9 * load_.step_time_ms_avg + 0.1 * step_ms;
+}
+
+void Engine::Loop() {
+  bool progressed = true;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto ready = [&] {
+        return stop_ || !inbox_adds_.empty() || !inbox_aborts_.empty() ||
+               (progressed && scheduler_->HasPendingWork());
+      };
+      // A step that did nothing (requests waiting on something) is retried after a pause
+      // rather than spun on.
+      if (scheduler_->HasPendingWork() && !progressed) {
+        wake_.wait_for(lock, std::chrono::milliseconds(5), ready);
+      } else {
+        wake_.wait(lock, ready);
+      }
+      if (stop_) break;
+    }
+    DrainInbox();
+    const auto start = std::chrono::steady_clock::now();
+    const absl::StatusOr<bool> step = RunStep();
+    if (!step.ok()) {
+      FailAll(step.status());
+      return;
+    }
+    progressed = *step;
+    UpdateLoad(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                   .count());
+  }
+  // Shutdown: everything still live ends as aborted.
+  DrainInbox();
+  for (auto& [id, live] : live_) {
+    live->params.sink->OnFinished(FinishInfo{
+        .reason = FinishReason::kAbort,
+        .prompt_tokens = static_cast<int32_t>(live->params.prompt.size()),
+        .completion_tokens = static_cast<int32_t>(scheduler_->OutputTokens(id).size()),
+        .message = "worker shutting down"});
+  }
+  live_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  live_ids_.clear();
+}
+
+}  // namespace xserv::engine

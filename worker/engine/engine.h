@@ -1,0 +1,129 @@
+// Engine: the worker's single engine-loop thread. It owns the scheduler, the model, the KV cache
+// and the step-input builder; each iteration it drains the inbox, asks the scheduler for a step
+// plan, moves KV blocks, runs the forward pass, samples, applies stop rules and hands tokens to
+// each request's OutputSink.
+//
+// Threading: Submit, Abort, Load and Stop may be called from any thread (gRPC reactors, signal
+// handling); they only touch the inbox and the load snapshot under a mutex. Everything else runs
+// on the loop thread started by Start(). A failed forward pass is fatal: every request ends with
+// kError and failure() reports why, so the process can exit and be restarted.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/engine/clock.h"
+#include "worker/engine/output_sink.h"
+#include "worker/engine/scheduler.h"
+#include "worker/model/batch_builder.h"
+#include "worker/model/kv_cache.h"
+#include "worker/model/model.h"
+#include "worker/sampling/sampling_params.h"
+
+namespace xserv::engine {
+
+struct GenerateParams {
+  std::string request_id;           // unique among live requests
+  std::vector<int32_t> prompt;      // non-empty, every id < vocab
+  sampling::SamplingParams sampling;
+  std::optional<int32_t> max_tokens;  // default: the rest of the context
+  int32_t min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+  int32_t priority = 0;
+  std::shared_ptr<OutputSink> sink;
+};
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// A consistent snapshot for the Load RPC and metrics.
+struct EngineLoad {
+  SchedulerStats stats;
+  double step_time_ms_avg = 0;  // exponential average over recent steps
+  bool draining = false;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config,
+                                                        kernels::Backend& backend,
+                                                        std::unique_ptr<model::Model> model,
+                                                        std::unique_ptr<model::KvCache> kv,
+                                                        const Clock* clock);
+  ~Engine();
+
+  void Start();
+  // Aborts every request still in flight (their sinks get kAbort) and joins the loop.
+  void Stop();
+  // Refuse new requests from now on; in-flight ones continue.
+  void Drain();
+
+  // Validates and queues a request. InvalidArgument with a clear message for bad input,
+  // AlreadyExists for a live id, Unavailable when draining or stopped or failed.
+  absl::Status Submit(GenerateParams params);
+  // Aborts a live request in whatever state; unknown ids are ignored. Returns whether it was live.
+  bool Abort(const std::string& request_id);
+
+  EngineLoad Load() const;
+  int64_t num_live_requests() const;
+  absl::Status failure() const;
+  const model::Model& model() const { return *model_; }
+  int32_t max_model_len() const { return config_.scheduler.max_model_len; }
+
+ private:
+  struct Live;  // per-request state owned by the loop (engine.cc)
+
+  Engine(const EngineConfig& config, kernels::Backend& backend, std::unique_ptr<model::Model> model,
+         std::unique_ptr<model::KvCache> kv, std::unique_ptr<Scheduler> scheduler,
+         model::BatchBuilder builder, const Clock* clock);
+
+  void Loop();
+  void DrainInbox();
+  // One scheduler step; true when it did anything (ran a batch or delivered a finish).
+  absl::StatusOr<bool> RunStep();
+  void DeliverFinished(const FinishedRequest& finished);
+  void FailAll(const absl::Status& status);
+  void UpdateLoad(double step_ms);
+
+  const EngineConfig config_;
+  kernels::Backend& backend_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::KvCache> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  model::BatchBuilder builder_;
+  const Clock* clock_;
+  kernels::Buffer logits_;  // f32 [max_tokens, vocab]
+
+  // Loop-thread state.
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
+  RequestId next_id_ = 1;
+
+  // Shared state, guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<GenerateParams> inbox_adds_;
+  std::vector<std::string> inbox_aborts_;
+  std::unordered_map<std::string, RequestId> live_ids_;  // external id -> internal (once added)
+  std::unordered_set<std::string> pending_ids_;          // submitted, not yet added
+  bool stop_ = false;
+  bool draining_ = false;
+  absl::Status failure_;
+  EngineLoad load_;
+  std::thread thread_;
+};
+
+}  // namespace xserv::engine

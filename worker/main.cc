@@ -1,0 +1,234 @@
+// xserv-worker: serves one model shard over the internal xserv.worker.v1.Worker gRPC service.
+// This process is a single-rank replica leader on the CPU backend (TP/PP ranks and the CUDA
+// backend plug into the same flags later).
+//
+// Lifecycle: load the model, size the KV pool, start the engine loop and the gRPC server, report
+// SERVING; on SIGTERM/SIGINT drain (refuse new requests, let in-flight ones finish within
+// --drain-timeout-s, then abort the rest) and exit 0. A failed engine exits 1 so the supervisor
+// restarts the replica.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "common/flags.h"
+#include "common/status.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "spdlog/spdlog.h"
+#include "worker/engine/engine.h"
+#include "worker/model/kv_cache.h"
+#include "worker/model/model.h"
+#include "worker/service/rendezvous_store.h"
+#include "worker/service/worker_service.h"
+
+namespace xserv::worker {
+namespace {
+
+struct WorkerFlags {
+  std::string model_dir;
+  std::string backend = "cpu";
+  std::string host = "127.0.0.1";
+  int port = 50061;
+  std::string port_file;
+  std::string served_model_name;
+  int threads = 2;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
+  int block_size = 16;
+  double kv_cache_memory_gb = 0.5;
+  int num_kv_blocks = 0;  // > 0 overrides the memory-derived size (tests force tiny pools)
+  double swap_space_gb = 1.0;
+  std::string preemption_mode = "swap";
+  std::string scheduling_policy = "fcfs";
+  bool enable_prefix_caching = true;
+  int long_prefill_token_threshold = 0;
+  double drain_timeout_s = 30;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+int Run(const WorkerFlags& f) {
+  if (f.backend != "cpu") {
+    spdlog::error("backend '{}' is not available in this build (only cpu so far)", f.backend);
+    return 2;
+  }
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{.num_threads = f.threads});
+  auto model = model::LoadModel(f.model_dir, backend,
+                                model::ModelLoadOptions{.max_num_tokens = f.max_num_batched_tokens});
+  if (!model.ok()) {
+    spdlog::error("loading {}: {}", f.model_dir, model.status().ToString());
+    return 1;
+  }
+  const ModelConfig config = (*model)->config();
+  const int64_t bytes_per_block = model::KvCache::BytesPerBlock(config, f.block_size,
+                                                                backend.compute_dtype());
+  int64_t num_blocks = f.num_kv_blocks > 0
+                           ? f.num_kv_blocks
+                           : static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
+  const int64_t host_blocks = static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block;
+  if (num_blocks < 1) {
+    spdlog::error("the KV budget holds no block of {} bytes", bytes_per_block);
+    return 1;
+  }
+  const int max_model_len = f.max_model_len > 0
+                                ? std::min<int>(f.max_model_len, config.max_position_embeddings)
+                                : static_cast<int>(config.max_position_embeddings);
+  auto kv = model::KvCache::Allocate(backend, config, num_blocks, f.block_size, host_blocks);
+  if (!kv.ok()) {
+    spdlog::error("KV cache: {}", kv.status().ToString());
+    return 1;
+  }
+  spdlog::info("model {} ({}): {} layers, vocab {}, context {}; KV {} blocks x {} tokens "
+               "({:.1f} MiB), swap {} blocks",
+               f.model_dir, config.model_type, config.num_layers, config.vocab_size,
+               max_model_len, num_blocks, f.block_size, num_blocks * bytes_per_block / 1048576.0,
+               host_blocks);
+
+  engine::EngineConfig ec;
+  ec.scheduler.max_num_seqs = f.max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
+  ec.scheduler.max_model_len = max_model_len;
+  ec.scheduler.long_prefill_token_threshold = f.long_prefill_token_threshold;
+  ec.scheduler.preemption_mode = f.preemption_mode == "recompute"
+                                     ? engine::PreemptionMode::kRecompute
+                                     : engine::PreemptionMode::kSwap;
+  if (f.scheduling_policy == "priority") ec.scheduler.policy = engine::PriorityPolicy{};
+  ec.scheduler.blocks.num_device_blocks = static_cast<int32_t>(num_blocks);
+  ec.scheduler.blocks.block_size = f.block_size;
+  ec.scheduler.blocks.num_host_blocks = static_cast<int32_t>(host_blocks);
+  ec.scheduler.blocks.enable_prefix_caching = f.enable_prefix_caching;
+  for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
+  engine::SteadyClock clock;
+  auto engine = engine::Engine::Create(ec, backend, std::move(*model),
+                                       std::make_unique<model::KvCache>(std::move(*kv)), &clock);
+  if (!engine.ok()) {
+    spdlog::error("engine: {}", engine.status().ToString());
+    return 1;
+  }
+
+  WorkerIdentity identity;
+  identity.model_name = f.served_model_name.empty()
+                            ? std::filesystem::path(f.model_dir).lexically_normal().filename().string()
+                            : f.served_model_name;
+  if (identity.model_name.empty()) {
+    identity.model_name = std::filesystem::path(f.model_dir).parent_path().filename().string();
+  }
+  identity.config_json = ReadFile(f.model_dir + "/config.json").value_or("");
+  identity.backend = backend.name();
+  identity.dtype = "f32";
+  identity.layout.set_tp_size(1);
+  identity.layout.set_pp_size(1);
+  identity.eos_token_ids = ec.eos_token_ids;
+  identity.kv_capacity_blocks = num_blocks;
+  identity.block_size = f.block_size;
+  RendezvousStore store(/*epoch=*/1);
+  WorkerService service(engine->get(), &store, identity);
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(f.host + ":" + std::to_string(f.port), grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    spdlog::error("cannot listen on {}:{}", f.host, f.port);
+    return 1;
+  }
+  (*engine)->Start();
+  service.SetServing();
+  if (!f.port_file.empty()) {
+    std::ofstream(f.port_file + ".tmp") << bound_port << "\n";
+    std::filesystem::rename(f.port_file + ".tmp", f.port_file);
+  }
+  spdlog::info("serving xserv.worker.v1.Worker on {}:{}", f.host, bound_port);
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int exit_code = 0;
+  while (true) {
+    const timespec poll{.tv_sec = 0, .tv_nsec = 200'000'000};
+    const int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("signal {}: draining", sig);
+      break;
+    }
+    if (!(*engine)->failure().ok()) {
+      spdlog::critical("engine failed, exiting: {}", (*engine)->failure().ToString());
+      exit_code = 1;
+      break;
+    }
+  }
+  service.SetDraining();
+  (*engine)->Drain();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(f.drain_timeout_s * 1000));
+  while (exit_code == 0 && (*engine)->num_live_requests() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  store.Shutdown();
+  (*engine)->Stop();  // aborts whatever is left; their streams get a final ABORT message
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  spdlog::info("stopped");
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace xserv::worker
+
+int main(int argc, char** argv) {
+  // Signals are handled synchronously by the main thread (sigtimedwait): block them before any
+  // other thread exists so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  CLI::App app{"xserv-worker: serves a model over the internal Worker gRPC service"};
+  xserv::CommonFlags common;
+  xserv::AddCommonFlags(app, common);
+  xserv::worker::WorkerFlags f;
+  app.add_option("--model", f.model_dir, "HF model directory (config.json + safetensors)")
+      ->required();
+  app.add_option("--backend", f.backend, "cpu (cuda: not built yet)")->capture_default_str();
+  app.add_option("--host", f.host, "listen address")->capture_default_str();
+  app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();
+  app.add_option("--port-file", f.port_file, "write the bound port here once serving");
+  app.add_option("--served-model-name", f.served_model_name, "default: the directory name");
+  app.add_option("--threads", f.threads, "CPU backend threads")->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs)->capture_default_str();
+  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens)->capture_default_str();
+  app.add_option("--max-model-len", f.max_model_len, "0: the model's maximum")
+      ->capture_default_str();
+  app.add_option("--block-size", f.block_size)->capture_default_str();
+  app.add_option("--kv-cache-memory", f.kv_cache_memory_gb, "KV pool size in GiB (CPU backend)")
+      ->capture_default_str();
+  app.add_option("--num-kv-blocks", f.num_kv_blocks, "exact KV pool size in blocks (overrides)");
+  app.add_option("--swap-space-gb", f.swap_space_gb, "host swap pool for preemption (0: off)")
+      ->capture_default_str();
+  app.add_option("--preemption-mode", f.preemption_mode)
+      ->check(CLI::IsMember({"swap", "recompute"}))
+      ->capture_default_str();
+  app.add_option("--scheduling-policy", f.scheduling_policy)
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
+  app.add_option("--enable-prefix-caching", f.enable_prefix_caching)->capture_default_str();
+  app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold)
+      ->capture_default_str();
+  app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
+  if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-worker")) return *code;
+  return xserv::worker::Run(f);
+}

@@ -1,0 +1,66 @@
+// WorkerService: the xserv.worker.v1.Worker gRPC service of one worker process. Generate streams
+// go through GenerateStream into the Engine; Abort, Health, Info and Load are answered inline
+// (they never block); Rendezvous serves the replica's RendezvousStore.
+//
+// Owned by main(); the engine (when present) and the store must outlive it. A peer rank (TP/PP,
+// later) has no engine and refuses Generate. Reactions never block except Rendezvous Get, which
+// waits on the store up to the call's deadline on a gRPC callback thread.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "worker/engine/engine.h"
+#include "worker/service/rendezvous_store.h"
+#include "xserv/worker/v1/worker.grpc.pb.h"
+
+namespace xserv::worker {
+
+struct WorkerIdentity {
+  std::string model_name;
+  std::string config_json;  // config.json verbatim
+  std::string backend;      // "cpu" / "cuda"
+  std::string dtype;
+  xserv::worker::v1::RankLayout layout;
+  std::vector<int32_t> eos_token_ids;
+  int64_t kv_capacity_blocks = 0;
+  int32_t block_size = 16;
+};
+
+class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
+ public:
+  WorkerService(engine::Engine* engine, RendezvousStore* store, WorkerIdentity identity)
+      : engine_(engine), store_(store), identity_(std::move(identity)) {}
+
+  // Health reports SERVING once set; DRAINING after SetDraining.
+  void SetServing() { serving_ = true; }
+  void SetDraining() { draining_ = true; }
+
+  grpc::ServerWriteReactor<xserv::worker::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context,
+      const xserv::worker::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const xserv::worker::v1::AbortRequest* request,
+                                  xserv::worker::v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const xserv::worker::v1::HealthRequest* request,
+                                   xserv::worker::v1::HealthResponse* response) override;
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
+                                 const xserv::worker::v1::InfoRequest* request,
+                                 xserv::worker::v1::InfoResponse* response) override;
+  grpc::ServerUnaryReactor* Load(grpc::CallbackServerContext* context,
+                                 const xserv::worker::v1::LoadRequest* request,
+                                 xserv::worker::v1::LoadResponse* response) override;
+  grpc::ServerUnaryReactor* Rendezvous(grpc::CallbackServerContext* context,
+                                       const xserv::worker::v1::RendezvousRequest* request,
+                                       xserv::worker::v1::RendezvousResponse* response) override;
+
+ private:
+  engine::Engine* engine_;
+  RendezvousStore* store_;
+  const WorkerIdentity identity_;
+  std::atomic<bool> serving_{false};
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace xserv::worker
