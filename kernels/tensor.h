@@ -60,7 +60,7 @@ struct Tensor {
   // [T, 3*H] column slice becomes [T, heads, head_dim] without a copy.
   Tensor UnflattenLast(int64_t a, int64_t b) const;
 
-  // "bf16[4, 64]" for error messages.
+  // "BF16[4, 64]" for error messages.
   std::string Describe() const;
 };
 

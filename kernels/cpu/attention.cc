@@ -35,6 +35,7 @@ absl::Status CpuBackend::Rope(const Tensor& x, const Tensor& positions, const Te
   RETURN_IF_ERROR(ExpectRank(kOp, "cos_sin", cos_sin, 2));
   RETURN_IF_ERROR(ExpectDim(kOp, "cos_sin", cos_sin, 1, x.dim(2)));
   const int64_t tokens = x.dim(0), heads = x.dim(1), dim = x.dim(2), half = dim / 2;
+  if (dim % 2 != 0) return OpError(kOp, "head_dim must be even");
   const int32_t* pos = positions.as<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
     if (pos[t] < 0 || pos[t] >= cos_sin.dim(0)) {
@@ -72,10 +73,12 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLayer
   const int64_t num_slots = kv.k.dim(0) * kv.k.dim(1);
   const int64_t row = kv.k.dim(2) * kv.k.dim(3);  // floats per slot
   const int32_t* slots = slot_mapping.as<int32_t>();
-  for (int64_t t = 0; t < k.dim(0); ++t) {
+  for (int64_t t = 0; t < k.dim(0); ++t) {  // validate everything before writing anything
     if (slots[t] < 0 || slots[t] >= num_slots) {
       return OpError(kOp, absl::StrCat("slot ", slots[t], " outside the pool of ", num_slots));
     }
+  }
+  for (int64_t t = 0; t < k.dim(0); ++t) {
     std::memcpy(kv.k.as<float>() + slots[t] * row, k.as<float>() + t * k.stride(0),
                 row * sizeof(float));
     std::memcpy(kv.v.as<float>() + slots[t] * row, v.as<float>() + t * v.stride(0),
@@ -107,19 +110,37 @@ absl::Status CpuBackend::Attention(const Tensor& q, const KvLayer& kv, const Att
     RETURN_IF_ERROR(ExpectDim(kOp, "sinks", *params.sinks, 0, heads));
     sinks = params.sinks->as<float>();
   }
+  const int n = batch.num_seqs;
+  if (n < 0 || batch.query_start.dtype != DType::kI32 || batch.query_start.rank != 1 ||
+      batch.query_start.dim(0) < n + 1 || batch.seq_lens.dtype != DType::kI32 ||
+      batch.seq_lens.rank != 1 || batch.seq_lens.dim(0) < n ||
+      batch.block_tables.dtype != DType::kI32 || batch.block_tables.rank != 2 ||
+      batch.block_tables.dim(0) < n || !batch.block_tables.is_contiguous()) {
+    return OpError(kOp, absl::StrCat("batch metadata does not describe ", n,
+                                     " sequences (i32 query_start [n+1], seq_lens [n], "
+                                     "block_tables [n, width])"));
+  }
   const int32_t* qs = batch.query_start.as<int32_t>();
   const int32_t* lens = batch.seq_lens.as<int32_t>();
   const int32_t* tables = batch.block_tables.as<int32_t>();
-  const int64_t table_width = batch.block_tables.rank == 2 ? batch.block_tables.dim(1) : 0;
+  const int64_t table_width = batch.block_tables.dim(1);
   if (batch.num_seqs < 0 || qs[0] != 0 || qs[batch.num_seqs] != tokens) {
     return OpError(kOp, "query_start does not cover the query rows");
   }
   // Validate every sequence before computing: the loop below trusts these bounds.
   for (int s = 0; s < batch.num_seqs; ++s) {
     const int64_t q_len = qs[s + 1] - qs[s];
-    if (q_len < 0 || lens[s] < q_len || (lens[s] + block_size - 1) / block_size > table_width) {
+    const int64_t blocks = (lens[s] + block_size - 1) / block_size;
+    if (q_len < 0 || lens[s] < q_len || blocks > table_width) {
       return OpError(kOp, absl::StrCat("sequence ", s, ": ", q_len, " queries, ", lens[s],
                                        " kv tokens, block table width ", table_width));
+    }
+    const int32_t* table = tables + s * table_width;
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (table[b] < 0 || table[b] >= num_blocks) {
+        return OpError(kOp, absl::StrCat("sequence ", s, ": block ", table[b],
+                                         " outside the pool of ", num_blocks));
+      }
     }
   }
   const int64_t group = heads / kv_heads;
@@ -141,8 +162,7 @@ absl::Status CpuBackend::Attention(const Tensor& q, const KvLayer& kv, const Att
           scores.assign(pos - first + 1, 0.0);
           double max = sinks ? sinks[h] : -std::numeric_limits<double>::infinity();
           for (int64_t j = first; j <= pos; ++j) {
-            const int32_t block = table[j / block_size];
-            XSERV_CHECK(block >= 0 && block < num_blocks);
+            const int32_t block = table[j / block_size];  // validated above
             const float* kr = kv.k.as<float>() + (block * block_size + j % block_size) *
                                                      slot_stride + kvh * dim;
             double dot = 0;

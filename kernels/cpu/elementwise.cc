@@ -118,10 +118,12 @@ absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& idx, const Te
   RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, x.dim(1)));
   const Rows<float> in = AsRows<float>(x), o = AsRows<float>(out);
   const int32_t* id = idx.as<int32_t>();
-  for (int64_t r = 0; r < idx.dim(0); ++r) {
+  for (int64_t r = 0; r < idx.dim(0); ++r) {  // validate everything before writing anything
     if (id[r] < 0 || id[r] >= in.rows) {
       return OpError(kOp, absl::StrCat("row index ", id[r], " outside [0, ", in.rows, ")"));
     }
+  }
+  for (int64_t r = 0; r < idx.dim(0); ++r) {
     std::memcpy(o.row(r), in.row(id[r]), in.cols * sizeof(float));
   }
   return absl::OkStatus();

@@ -1,8 +1,7 @@
-// CPU GEMM through OpenBLAS: out[M, N] = x[M, K] · w[N, K]^T (+ bias).
-#include <cblas.h>
-
+// CPU Matmul: out[M, N] = x[M, K] · w[N, K]^T (+ bias), batch-invariant (cpu/gemm.h).
 #include "common/status.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/op_checks.h"
 
@@ -31,10 +30,7 @@ absl::Status CpuBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* 
   const int64_t m = x.dim(0), n = w.dim(0), k = x.dim(1);
   if (m == 0 || n == 0) return absl::OkStatus();
   const Rows<float> xr = AsRows<float>(x), wr = AsRows<float>(w), o = AsRows<float>(out);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, xr.data,
-              static_cast<blasint>(xr.stride), wr.data, static_cast<blasint>(wr.stride), 0.0f,
-              o.data, static_cast<blasint>(o.stride));
+  InvariantSgemm(m, n, k, xr.data, xr.stride, wr.data, wr.stride, o.data, o.stride);
   if (bias != nullptr) {
     const float* b = bias->as<float>();
     for (int64_t r = 0; r < m; ++r) {

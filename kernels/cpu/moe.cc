@@ -1,7 +1,5 @@
 // CPU mixture-of-experts: router top-k with softmax over the selected logits, and sparse expert
-// compute (only the selected experts run; tokens are grouped per expert and go through OpenBLAS).
-#include <cblas.h>
-
+// compute (only the selected experts run; tokens are grouped per expert, batch-invariant GEMMs).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/op_checks.h"
 
@@ -68,7 +67,11 @@ absl::Status CpuBackend::Experts(const Tensor& x, const Tensor& ids, const Tenso
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
   RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
   RETURN_IF_ERROR(ExpectDType(kOp, "weights", weights, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 2));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
   RETURN_IF_ERROR(ExpectDim(kOp, "ids", ids, 0, x.dim(0)));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, ids, weights));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "weights", weights));
   const Tensor& gu = experts.gate_up;
   const Tensor& dn = experts.down;
   RETURN_IF_ERROR(ExpectRank(kOp, "gate_up", gu, 3));
@@ -81,7 +84,11 @@ absl::Status CpuBackend::Experts(const Tensor& x, const Tensor& ids, const Tenso
   RETURN_IF_ERROR(ExpectDim(kOp, "down", dn, 0, num_experts));
   RETURN_IF_ERROR(ExpectDim(kOp, "down", dn, 1, hidden));
   RETURN_IF_ERROR(ExpectDim(kOp, "down", dn, 2, inter));
+  RETURN_IF_ERROR(ExpectRank(kOp, "gate_up_bias", experts.gate_up_bias, 2));
+  RETURN_IF_ERROR(ExpectRank(kOp, "down_bias", experts.down_bias, 2));
+  RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_bias", experts.gate_up_bias, 0, num_experts));
   RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_bias", experts.gate_up_bias, 1, two_i));
+  RETURN_IF_ERROR(ExpectDim(kOp, "down_bias", experts.down_bias, 0, num_experts));
   RETURN_IF_ERROR(ExpectDim(kOp, "down_bias", experts.down_bias, 1, hidden));
 
   const int64_t tokens = x.dim(0), k = ids.dim(1);
@@ -109,8 +116,8 @@ absl::Status CpuBackend::Experts(const Tensor& x, const Tensor& ids, const Tenso
       std::memcpy(&in[r * hidden], xr.row(routed[e][r] / k), hidden * sizeof(float));
     }
     h.resize(n * two_i);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, two_i, hidden, 1.0f, in.data(),
-                hidden, gu.as<float>() + e * two_i * hidden, hidden, 0.0f, h.data(), two_i);
+    InvariantSgemm(n, two_i, hidden, in.data(), hidden, gu.as<float>() + e * two_i * hidden,
+                   hidden, h.data(), two_i);
     const float* gub = experts.gate_up_bias.as<float>() + e * two_i;
     act.resize(n * inter);
     for (int64_t r = 0; r < n; ++r) {
@@ -122,8 +129,8 @@ absl::Status CpuBackend::Experts(const Tensor& x, const Tensor& ids, const Tenso
       }
     }
     y.resize(n * hidden);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, hidden, inter, 1.0f, act.data(),
-                inter, dn.as<float>() + e * hidden * inter, inter, 0.0f, y.data(), hidden);
+    InvariantSgemm(n, hidden, inter, act.data(), inter, dn.as<float>() + e * hidden * inter, inter,
+                   y.data(), hidden);
     const float* db = experts.down_bias.as<float>() + e * hidden;
     for (int64_t r = 0; r < n; ++r) {
       const int64_t pair = routed[e][r];

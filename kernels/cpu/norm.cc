@@ -65,6 +65,7 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& weight, const 
                                    float eps, const Tensor& out) {
   RETURN_IF_ERROR(CheckNormArgs("LayerNorm", x, weight, out));
   RETURN_IF_ERROR(ExpectDType("LayerNorm", "bias", bias, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank("LayerNorm", "bias", bias, 1));
   RETURN_IF_ERROR(ExpectDim("LayerNorm", "bias", bias, 0, x.dim(-1)));
   const Rows<float> in = AsRows<float>(x), dst = AsRows<float>(out);
   const float* w = weight.as<float>();

@@ -1,0 +1,41 @@
+#include "kernels/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace xserv::kernels::cpu {
+namespace {
+
+// Every call computes at least this many multiply-adds (and at least kMinRows rows).
+constexpr int64_t kMinWork = int64_t{1} << 21;
+constexpr int64_t kMinRows = 64;
+
+}  // namespace
+
+void InvariantSgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const int64_t min_rows = std::max(kMinRows, (kMinWork + n * k - 1) / std::max<int64_t>(1, n * k));
+  if (m >= min_rows) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
+                static_cast<blasint>(ldc));
+    return;
+  }
+  // Pad with zero rows into scratch, compute, copy the real rows out.
+  thread_local std::vector<float> padded_a, padded_c;
+  padded_a.assign(static_cast<size_t>(min_rows * k), 0.0f);
+  padded_c.resize(static_cast<size_t>(min_rows * n));
+  for (int64_t r = 0; r < m; ++r) std::memcpy(&padded_a[r * k], a + r * lda, k * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(min_rows),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, padded_a.data(),
+              static_cast<blasint>(k), b, static_cast<blasint>(ldb), 0.0f, padded_c.data(),
+              static_cast<blasint>(n));
+  for (int64_t r = 0; r < m; ++r) std::memcpy(c + r * ldc, &padded_c[r * n], n * sizeof(float));
+}
+
+}  // namespace xserv::kernels::cpu

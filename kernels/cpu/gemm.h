@@ -1,0 +1,18 @@
+// Internal to the CPU backend: the one GEMM every CPU op uses, C[m, n] = A[m, k] · B[n, k]^T in
+// fp32 through OpenBLAS, made batch-invariant.
+//
+// OpenBLAS 0.3.21 routes small problems (roughly m·n·k below 1e6) to "small matrix" kernels that
+// sum in a different order than its blocked kernels, so a row's result would depend on how many
+// rows share the call (tests/unit/kernels: MatmulOpTest.BatchInvariance). Padding m up to a size
+// that always takes the blocked path makes every row's bits independent of its batch; the extra
+// rows cost at most ~2 MFLOP per call, since only small problems are padded.
+#pragma once
+
+#include <cstdint>
+
+namespace xserv::kernels::cpu {
+
+void InvariantSgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float* c, int64_t ldc);
+
+}  // namespace xserv::kernels::cpu

@@ -1,0 +1,319 @@
+// WriteKv + paged Attention against a dense reference: each sequence's unpaged K/V, an explicit
+// causal / sliding-window mask, and the sink logit in the softmax denominator only (HF gpt-oss).
+//
+// Every case is one mixed step over shuffled physical blocks: fresh prefills, prefill chunks on
+// top of context, and single-token decodes (at and across block boundaries). Slots no sequence
+// owns hold large finite garbage, so reading past a sequence's keys is caught (a masked-out
+// garbage key with logit ~1e3 would swamp the softmax).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tests/unit/kernels/backend_test_util.h"
+
+namespace xserv::kernels::testing {
+namespace {
+
+struct SeqSpec {
+  int context;     // KV tokens written by earlier steps
+  int new_tokens;  // query rows of this step
+};
+
+// Decode steps, a fresh prefill, chunked prefills with context, and decodes that start a block
+// (context 16) or fill one (context 15).
+const std::vector<SeqSpec> kMixedBatch = {{0, 7}, {5, 1}, {13, 6}, {0, 1},
+                                          {33, 1}, {16, 1}, {15, 1}, {2, 3}};
+
+struct AttentionCase {
+  int block_size;
+  int group;  // query heads per kv head
+  int head_dim;
+  int window;
+  bool sinks;
+};
+
+constexpr int kKvHeads = 2;
+constexpr float kGarbage = 1e3f;
+
+// A step's data on the host and the device.
+struct PagedStep {
+  std::vector<std::vector<float>> k, v;  // per sequence: [len, kv_heads, head_dim]
+  std::vector<int32_t> block_table;      // [num_seqs, width]
+  int64_t width = 0;
+  KvLayer kv;
+  int64_t num_slots = 0;
+  std::vector<float> initial_k;  // the pool's garbage before any write
+};
+
+// Allocates a garbage-filled pool, assigns shuffled physical blocks, and writes every context
+// token with one WriteKv call (the earlier steps).
+PagedStep PrepareContext(BackendOpTest& t, const std::vector<SeqSpec>& seqs, int block_size,
+                         int head_dim, std::mt19937& rng) {
+  PagedStep step;
+  const int64_t row = kKvHeads * head_dim;
+  int64_t total_blocks = 0;
+  for (const SeqSpec& s : seqs) {
+    const int64_t blocks = (s.context + s.new_tokens + block_size - 1) / block_size;
+    total_blocks += blocks;
+    step.width = std::max(step.width, blocks + 1);  // one spare column, never read
+  }
+  const int64_t num_blocks = total_blocks + 3;  // spare blocks nobody owns
+  std::vector<int32_t> physical(num_blocks);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  step.block_table.assign(seqs.size() * step.width, -1);
+  size_t next = 0;
+  std::vector<float> k_ctx, v_ctx;
+  std::vector<int32_t> slots_ctx;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int len = seqs[s].context + seqs[s].new_tokens;
+    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) {
+      step.block_table[s * step.width + b] = physical[next++];
+    }
+    step.k.push_back(RandomFloats(len * row, rng));
+    step.v.push_back(RandomFloats(len * row, rng));
+    for (int j = 0; j < seqs[s].context; ++j) {
+      k_ctx.insert(k_ctx.end(), step.k[s].begin() + j * row, step.k[s].begin() + (j + 1) * row);
+      v_ctx.insert(v_ctx.end(), step.v[s].begin() + j * row, step.v[s].begin() + (j + 1) * row);
+      slots_ctx.push_back(step.block_table[s * step.width + j / block_size] * block_size +
+                          j % block_size);
+    }
+  }
+  step.num_slots = num_blocks * block_size;
+  std::vector<float> garbage_k = RandomFloats(step.num_slots * row, rng, -kGarbage, kGarbage);
+  std::vector<float> garbage_v = RandomFloats(step.num_slots * row, rng, -kGarbage, kGarbage);
+  step.kv.k = t.Upload(garbage_k, {num_blocks, block_size, kKvHeads, head_dim});
+  step.kv.v = t.Upload(garbage_v, {num_blocks, block_size, kKvHeads, head_dim});
+  step.initial_k = std::move(garbage_k);
+  // Make the host sequences hold exactly what the device will (compute-dtype rounding).
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t len = seqs[s].context + seqs[s].new_tokens;
+    t.Upload(step.k[s], {len, row});
+    t.Upload(step.v[s], {len, row});
+  }
+  if (!slots_ctx.empty()) {
+    k_ctx.clear(), v_ctx.clear();
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      k_ctx.insert(k_ctx.end(), step.k[s].begin(), step.k[s].begin() + seqs[s].context * row);
+      v_ctx.insert(v_ctx.end(), step.v[s].begin(), step.v[s].begin() + seqs[s].context * row);
+    }
+    const int64_t n = static_cast<int64_t>(slots_ctx.size());
+    Tensor tk = t.Upload(k_ctx, {n, kKvHeads, head_dim});
+    Tensor tv = t.Upload(v_ctx, {n, kKvHeads, head_dim});
+    EXPECT_TRUE(t.backend().WriteKv(tk, tv, step.kv, t.UploadI32(slots_ctx, {n})).ok());
+  }
+  return step;
+}
+
+// Dense attention of one query row over keys [first, pos] of a sequence.
+void DenseAttention(const float* q, const std::vector<float>& k, const std::vector<float>& v,
+                    int64_t kvh, int64_t head_dim, int64_t first, int64_t pos, double scale,
+                    const float* sink, double* out, double* magnitude) {
+  const int64_t row = kKvHeads * head_dim;
+  std::vector<double> logits;
+  double max = sink ? *sink : -INFINITY;
+  for (int64_t j = first; j <= pos; ++j) {
+    double dot = 0;
+    for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q[d]) * k[j * row + kvh * head_dim + d];
+    logits.push_back(dot * scale);
+    max = std::max(max, logits.back());
+  }
+  double denom = sink ? std::exp(*sink - max) : 0.0;  // the sink only enlarges the denominator
+  for (double& l : logits) denom += (l = std::exp(l - max));
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = magnitude[d] = 0;
+  for (int64_t j = first; j <= pos; ++j) {
+    const double p = logits[j - first] / denom;
+    for (int64_t d = 0; d < head_dim; ++d) {
+      out[d] += p * v[j * row + kvh * head_dim + d];
+      magnitude[d] += p * std::abs(v[j * row + kvh * head_dim + d]);
+    }
+  }
+}
+
+void RunMixedStep(BackendOpTest& t, const AttentionCase& c, std::mt19937& rng) {
+  const std::vector<SeqSpec>& seqs = kMixedBatch;
+  const int64_t heads = kKvHeads * c.group, dim = c.head_dim, row = kKvHeads * dim;
+  PagedStep step = PrepareContext(t, seqs, c.block_size, c.head_dim, rng);
+
+  // This step: q, k, v as column slices of one fused projection (strided tokens).
+  const int64_t fused_width = heads * dim + 2 * row;
+  std::vector<int32_t> query_start = {0}, seq_lens, slots;
+  std::vector<float> fused;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int i = 0; i < seqs[s].new_tokens; ++i) {
+      const int j = seqs[s].context + i;
+      // Larger q makes some softmax rows peaky, some flat.
+      std::vector<float> q = RandomFloats(heads * dim, rng, -3.0f, 3.0f);
+      fused.insert(fused.end(), q.begin(), q.end());
+      fused.insert(fused.end(), step.k[s].begin() + j * row, step.k[s].begin() + (j + 1) * row);
+      fused.insert(fused.end(), step.v[s].begin() + j * row, step.v[s].begin() + (j + 1) * row);
+      slots.push_back(step.block_table[s * step.width + j / c.block_size] * c.block_size +
+                      j % c.block_size);
+    }
+    query_start.push_back(query_start.back() + seqs[s].new_tokens);
+    seq_lens.push_back(seqs[s].context + seqs[s].new_tokens);
+  }
+  const int64_t tokens = query_start.back();
+  Tensor t_fused = t.Upload(fused, {tokens, fused_width});
+  Tensor q = t_fused.SliceLast(0, heads * dim).UnflattenLast(heads, dim);
+  Tensor k = t_fused.SliceLast(heads * dim, heads * dim + row).UnflattenLast(kKvHeads, dim);
+  Tensor v = t_fused.SliceLast(heads * dim + row, fused_width).UnflattenLast(kKvHeads, dim);
+  AttentionBatch batch{
+      .query_start = t.UploadI32(query_start, {static_cast<int64_t>(seqs.size()) + 1}),
+      .seq_lens = t.UploadI32(seq_lens, {static_cast<int64_t>(seqs.size())}),
+      .block_tables = t.UploadI32(step.block_table, {static_cast<int64_t>(seqs.size()), step.width}),
+      .slot_mapping = t.UploadI32(slots, {tokens}),
+      .num_seqs = static_cast<int>(seqs.size()),
+      .max_query_len = std::ranges::max(seqs, {}, &SeqSpec::new_tokens).new_tokens,
+      .max_seq_len = *std::ranges::max_element(seq_lens),
+      .block_size = c.block_size};
+  ASSERT_TRUE(t.backend().WriteKv(k, v, step.kv, batch.slot_mapping).ok());
+
+  // The pool now holds every token of every sequence at its slot; other slots are untouched.
+  const std::vector<float> pool_k = t.Download(step.kv.k), pool_v = t.Download(step.kv.v);
+  std::vector<bool> owned(step.num_slots, false);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int j = 0; j < seq_lens[s]; ++j) {
+      const int64_t slot = step.block_table[s * step.width + j / c.block_size] * c.block_size +
+                           j % c.block_size;
+      owned[slot] = true;
+      ASSERT_TRUE(BitIdentical(std::span(pool_k).subspan(slot * row, row),
+                               std::span(step.k[s]).subspan(j * row, row)))
+          << "K of sequence " << s << " token " << j;
+      ASSERT_TRUE(BitIdentical(std::span(pool_v).subspan(slot * row, row),
+                               std::span(step.v[s]).subspan(j * row, row)))
+          << "V of sequence " << s << " token " << j;
+    }
+  }
+  for (int64_t slot = 0; slot < step.num_slots; ++slot) {
+    if (owned[slot]) continue;
+    ASSERT_TRUE(BitIdentical(std::span(pool_k).subspan(slot * row, row),
+                             std::span(step.initial_k).subspan(slot * row, row)))
+        << "slot " << slot << " belongs to no sequence but was written";
+  }
+
+  std::vector<float> sinks = RandomFloats(heads, rng, -3.0f, 3.0f);
+  sinks[0] = 6.0f;  // one head whose sink takes most of the probability mass
+  Tensor t_sinks = t.UploadF32(sinks, {heads});
+  const AttentionParams params{.scale = static_cast<float>(1.0 / std::sqrt(dim)),
+                               .sliding_window = c.window,
+                               .sinks = c.sinks ? &t_sinks : nullptr};
+  Tensor out = t.Poisoned({tokens, heads, dim});
+  ASSERT_TRUE(t.backend().Attention(q, step.kv, batch, params, out).ok());
+
+  std::vector<double> expected(tokens * heads * dim), magnitude(tokens * heads * dim);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int i = 0; i < seqs[s].new_tokens; ++i) {
+      const int64_t tok = query_start[s] + i, pos = seqs[s].context + i;
+      const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        DenseAttention(&fused[tok * fused_width + h * dim], step.k[s], step.v[s], h / c.group,
+                       dim, first, pos, params.scale, c.sinks ? &sinks[h] : nullptr,
+                       &expected[(tok * heads + h) * dim], &magnitude[(tok * heads + h) * dim]);
+      }
+    }
+  }
+  // f32: the CPU op reduces in double, leaving one rounding (~6e-8 of the magnitude); 1e-5
+  // leaves room for an f32 online-softmax kernel. Measured against sum_j p_j |v_j|, since the
+  // output itself can cancel to ~0.
+  for (double& m : magnitude) m += 1e-6;
+  EXPECT_TRUE(AllWithin(t.Download(out), expected, magnitude, t.Tol({.f32 = 1e-5, .bf16 = 2e-2})));
+}
+
+TEST_P(AttentionOpTest, PagedMixedBatchMatchesDenseReference) {
+  std::mt19937 rng(51);
+  for (int block_size : {1, 4, 16}) {
+    for (int group : {1, 2, 4}) {
+      for (int head_dim : {16, 64, 128}) {
+        for (int window : {0, 1, 3, 8}) {
+          for (bool sinks : {false, true}) {
+            const AttentionCase c{block_size, group, head_dim, window, sinks};
+            SCOPED_TRACE(::testing::Message() << "block_size " << block_size << " group " << group
+                                              << " head_dim " << head_dim << " window " << window
+                                              << " sinks " << sinks);
+            RunMixedStep(*this, c, rng);
+            if (HasFailure()) return;  // one failing configuration is enough to read
+          }
+        }
+      }
+    }
+  }
+}
+
+// A valid one-sequence step (3 context + 2 new tokens, block size 4) to break one field at a time.
+class AttentionArgs {
+ public:
+  explicit AttentionArgs(BackendOpTest& t) : t_(t) {
+    std::vector<float> pool(4 * 4 * 1 * 8, 0.5f), q(2 * 2 * 8, 0.25f);
+    kv_.k = t.Upload(pool, {4, 4, 1, 8});
+    kv_.v = t.Upload(pool, {4, 4, 1, 8});
+    q_ = t.Upload(q, {2, 2, 8}).Reshape({2, 2, 8});
+    batch_ = AttentionBatch{.query_start = t.UploadI32({0, 2}, {2}),
+                            .seq_lens = t.UploadI32({5}, {1}),
+                            .block_tables = t.UploadI32({2, 0}, {1, 2}),
+                            .slot_mapping = t.UploadI32({11, 0}, {2}),
+                            .num_seqs = 1,
+                            .max_query_len = 2,
+                            .max_seq_len = 5,
+                            .block_size = 4};
+  }
+  absl::Status Run(const AttentionBatch& batch, const AttentionParams& params = {}) {
+    return t_.backend().Attention(q_, kv_, batch, params, t_.Poisoned({2, 2, 8}));
+  }
+  BackendOpTest& t_;
+  KvLayer kv_;
+  Tensor q_;
+  AttentionBatch batch_;
+};
+
+TEST_P(AttentionOpTest, RejectsInconsistentBatches) {
+  AttentionArgs args(*this);
+  ASSERT_TRUE(args.Run(args.batch_).ok());
+  auto expect_invalid = [&](const AttentionBatch& batch, const char* what,
+                            const AttentionParams& params = {}) {
+    EXPECT_EQ(args.Run(batch, params).code(), absl::StatusCode::kInvalidArgument) << what;
+  };
+  AttentionBatch b = args.batch_;
+  b.query_start = UploadI32({0, 1}, {2});
+  expect_invalid(b, "query_start ends before the last query row");
+  b.query_start = UploadI32({1, 2}, {2});
+  expect_invalid(b, "query_start does not start at 0");
+  b = args.batch_;
+  b.block_tables = UploadI32({2}, {1, 1});
+  expect_invalid(b, "5 kv tokens need 2 blocks of 4, the table has 1");
+  b = args.batch_;
+  b.seq_lens = UploadI32({1}, {1});
+  expect_invalid(b, "fewer kv tokens than queries");
+  b = args.batch_;
+  b.block_size = 8;
+  expect_invalid(b, "batch block size differs from the cache's");
+  Tensor short_sinks = UploadF32({0.0f}, {1});
+  expect_invalid(args.batch_, "one sink for two heads", {.sinks = &short_sinks});
+  // 3 query heads do not group over 2 kv heads.
+  std::vector<float> pool(4 * 4 * 2 * 8, 0.5f), q(2 * 3 * 8, 0.25f);
+  KvLayer kv2{.k = Upload(pool, {4, 4, 2, 8}), .v = Upload(pool, {4, 4, 2, 8})};
+  EXPECT_FALSE(backend()
+                   .Attention(Upload(q, {2, 3 * 8}).UnflattenLast(3, 8), kv2, args.batch_, {},
+                              Poisoned({2, 3, 8}))
+                   .ok());
+}
+
+TEST_P(AttentionOpTest, WriteKvRejectsSlotsOutsideThePool) {
+  std::vector<float> pool(4 * 4 * 1 * 8, 0.5f), kv_new(2 * 8, 1.0f);
+  KvLayer kv{.k = Upload(pool, {4, 4, 1, 8}), .v = Upload(pool, {4, 4, 1, 8})};
+  Tensor k = Upload(kv_new, {2, 1, 8}), v = Upload(kv_new, {2, 1, 8});
+  EXPECT_TRUE(backend().WriteKv(k, v, kv, UploadI32({0, 15}, {2})).ok());
+  for (int32_t bad : {-1, 16, 1 << 30}) {
+    const absl::Status status = backend().WriteKv(k, v, kv, UploadI32({3, bad}, {2}));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << status;
+  }
+  std::vector<float> wide(2 * 2 * 8, 1.0f);  // 2 kv heads for a 1-head cache
+  Tensor k2 = Upload(wide, {2, 2, 8});
+  EXPECT_FALSE(backend().WriteKv(k2, k2, kv, UploadI32({0, 1}, {2})).ok());
+  EXPECT_FALSE(backend().WriteKv(k, v, kv, UploadI32({0}, {1})).ok());  // one slot short
+}
+
+}  // namespace
+}  // namespace xserv::kernels::testing

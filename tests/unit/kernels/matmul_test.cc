@@ -1,0 +1,147 @@
+// Matmul against a double reference, and batch invariance: a row's result must not depend on which
+// other rows share its batch (the engine promises that batching never changes greedy tokens).
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "tests/unit/kernels/backend_test_util.h"
+
+namespace xserv::kernels::testing {
+namespace {
+
+// f32 bound 1e-5 relative to sum_k |x_k w_k| + |b|: the classic dot-product error bound with
+// blocked accumulation is ~sqrt(K) ulp of that sum (< 1e-6 for K <= 4096); the margin covers
+// device kernels that split K.
+constexpr Tolerance kMatmulTol{.f32 = 1e-5, .bf16 = 1e-2};
+
+struct MatmulCase {
+  int64_t m, k, n;
+  bool bias;
+  int64_t x_pad;  // extra columns after each x row: x is a strided view when > 0
+};
+
+TEST_P(MatmulOpTest, MatchesReference) {
+  std::vector<MatmulCase> cases;
+  for (int64_t m : {1, 2, 5, 33}) {
+    for (int64_t k : {1, 7, 64, 129}) {
+      for (int64_t n : {1, 3, 64, 257}) {
+        cases.push_back({m, k, n, (m + k + n) % 2 == 0, 0});
+      }
+    }
+  }
+  cases.push_back({1, 2880, 201, true, 5});  // a decode step against a wide projection
+  cases.push_back({17, 96, 40, false, 32});  // strided rows: a column slice of a fused output
+  cases.push_back({17, 96, 40, true, 1});
+  std::mt19937 rng(31);
+  for (const MatmulCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "M=" << c.m << " K=" << c.k << " N=" << c.n << " bias="
+                                      << c.bias << " x_pad=" << c.x_pad);
+    const int64_t ld = c.k + c.x_pad;
+    std::vector<float> x = RandomFloats(c.m * ld, rng);
+    std::vector<float> w = RandomFloats(c.n * c.k, rng);
+    std::vector<float> b = RandomFloats(c.n, rng);
+    Tensor tx = Upload(x, {c.m, ld}).SliceLast(c.x_pad, ld);  // the last K columns
+    Tensor tw = Upload(w, {c.n, c.k}), tb = Upload(b, {c.n});
+    Tensor out = Poisoned({c.m, c.n});
+    ASSERT_TRUE(backend().Matmul(tx, tw, c.bias ? &tb : nullptr, out).ok());
+    std::vector<double> expected(c.m * c.n), scale(c.m * c.n);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double dot = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double prod = static_cast<double>(x[i * ld + c.x_pad + p]) * w[j * c.k + p];
+          dot += prod;
+          mag += std::abs(prod);
+        }
+        expected[i * c.n + j] = dot + (c.bias ? b[j] : 0.0);
+        scale[i * c.n + j] = mag + (c.bias ? std::abs(b[j]) : 0.0);
+      }
+    }
+    EXPECT_TRUE(AllWithin(Download(out), expected, scale, Tol(kMatmulTol)));
+  }
+}
+
+TEST_P(MatmulOpTest, RejectsMismatchedShapes) {
+  std::vector<float> x(2 * 8, 1.0f), w(3 * 7, 1.0f), w_ok(3 * 8, 1.0f), b(4, 0.0f);
+  Tensor tx = Upload(x, {2, 8}), tw = Upload(w, {3, 7}), tw_ok = Upload(w_ok, {3, 8});
+  Tensor tb = Upload(b, {4});
+  EXPECT_FALSE(backend().Matmul(tx, tw, nullptr, Poisoned({2, 3})).ok());     // K differs
+  EXPECT_FALSE(backend().Matmul(tx, tw_ok, nullptr, Poisoned({2, 4})).ok());  // N differs
+  EXPECT_FALSE(backend().Matmul(tx, tw_ok, nullptr, Poisoned({3, 3})).ok());  // M differs
+  EXPECT_FALSE(backend().Matmul(tx, tw_ok, &tb, Poisoned({2, 3})).ok());      // bias size
+}
+
+// Batch invariance. For random x [128, K]: every row of every sub-batch x[offset, offset + M)
+// (M in kBatchSizes, several offsets so a row sits at different positions inside the GEMM's
+// tiles), and every row computed alone, must be bit-identical to the same row of the full batch.
+constexpr int64_t kBatchSizes[] = {1, 2, 3, 7, 16, 37, 64, 128};
+
+struct ProjectionShape {
+  int64_t k, n;
+};
+
+TEST_P(MatmulOpTest, BatchInvariance) {
+  constexpr int64_t kRows = 128;
+  // Shapes of real projections, scaled down: square, wide (MLP up), narrow (k/v, router), and
+  // gpt-oss's hidden 2880. OpenBLAS (0.3.21, DYNAMIC_ARCH) sends GEMMs with M * N * K below ~1e6
+  // to separate "small matrix" kernels with another summation order, so the small shapes compare
+  // rows across that cutoff; {2880, 512} stays above it even at M = 1.
+  const ProjectionShape shapes[] = {{64, 64},   {256, 96},    {384, 1024},
+                                    {1024, 384}, {2880, 32},  {2880, 512}};
+  std::mt19937 rng(32);
+  std::ostringstream broken;
+  int broken_count = 0;
+  for (const ProjectionShape& s : shapes) {
+    std::vector<float> x = RandomFloats(kRows * s.k, rng);
+    std::vector<float> w = RandomFloats(s.n * s.k, rng);
+    std::vector<float> b = RandomFloats(s.n, rng);
+    Tensor tx = Upload(x, {kRows, s.k}), tw = Upload(w, {s.n, s.k}), tb = Upload(b, {s.n});
+    for (bool bias : {false, true}) {
+      Tensor full = Poisoned({kRows, s.n});
+      ASSERT_TRUE(backend().Matmul(tx, tw, bias ? &tb : nullptr, full).ok());
+      const std::vector<float> ref = Download(full);
+      for (int64_t m : kBatchSizes) {
+        // Offsets: aligned, odd, and the last rows; m == 1 visits every row.
+        std::vector<int64_t> offsets;
+        if (m == 1) {
+          for (int64_t r = 0; r < kRows; ++r) offsets.push_back(r);
+        } else {
+          offsets = {0, std::min<int64_t>(5, kRows - m), kRows - m};
+        }
+        int64_t bad_rows = 0;
+        double max_rel = 0;  // how far apart the differing rows are
+        std::ostringstream where;
+        for (int64_t offset : offsets) {
+          Tensor out = Poisoned({m, s.n});
+          ASSERT_TRUE(
+              backend().Matmul(tx.SliceRows(offset, offset + m), tw, bias ? &tb : nullptr, out)
+                  .ok());
+          const std::vector<float> got = Download(out);
+          for (int64_t r = 0; r < m; ++r) {
+            const auto row = std::span<const float>(got).subspan(r * s.n, s.n);
+            const auto want = std::span<const float>(ref).subspan((offset + r) * s.n, s.n);
+            if (!BitIdentical(row, want)) {
+              if (bad_rows++ < 3) where << " row " << offset + r << " (offset " << offset << ")";
+              for (int64_t c = 0; c < s.n; ++c) {
+                max_rel = std::max(max_rel, std::abs(static_cast<double>(row[c]) - want[c]) /
+                                                std::max(std::abs(want[c]), 1e-30f));
+              }
+            }
+          }
+        }
+        if (bad_rows > 0) {
+          ++broken_count;
+          broken << "\n  K=" << s.k << " N=" << s.n << " bias=" << bias << " M=" << m << ": "
+                 << bad_rows << " rows differ from the M=128 batch (max rel diff " << max_rel
+                 << "), e.g." << where.str();
+        }
+      }
+    }
+  }
+  EXPECT_EQ(broken_count, 0) << "Matmul is not batch invariant (" << GetParam().name
+                             << "):" << broken.str();
+}
+
+}  // namespace
+}  // namespace xserv::kernels::testing
