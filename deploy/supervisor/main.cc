@@ -1,0 +1,80 @@
+// xserv-supervisor: the main job. Launches workers (one per device or CPU rank) and the router
+// from flags or a JSON topology, heals them, and drains on SIGTERM. See supervisor.h.
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "CLI/CLI.hpp"
+#include "common/flags.h"
+#include "deploy/supervisor/supervisor.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // handled synchronously in Supervisor::Run
+
+  CLI::App app{"xserv-supervisor: launches and heals xserv workers and the router"};
+  xserv::CommonFlags common;
+  xserv::AddCommonFlags(app, common);
+  xserv::supervisor::Topology t;
+  std::string topology_file;
+  std::string devices;
+  std::string bin_dir;
+  bool workers_only = false;
+  app.add_option("--topology", topology_file, "JSON topology (flags given too override it)");
+  app.add_option("--model", t.model_dir, "HF model directory");
+  app.add_option("--backend", t.backend, "cpu or cuda")->capture_default_str();
+  app.add_option("--tp", t.tp, "tensor-parallel ranks per replica")->capture_default_str();
+  app.add_option("--pp", t.pp, "pipeline stages per replica")->capture_default_str();
+  app.add_option("--replicas", t.replicas)->capture_default_str();
+  app.add_option("--devices", devices, "comma-separated GPU ordinals (cuda)");
+  app.add_option("--host", t.host, "router bind address")->capture_default_str();
+  app.add_option("--http-port", t.http_port)->capture_default_str();
+  app.add_option("--grpc-port", t.grpc_port, "router public gRPC port")->capture_default_str();
+  app.add_option("--worker-base-port", t.worker_base_port)->capture_default_str();
+  app.add_option("--worker-arg", t.worker_args, "extra worker flag (repeatable)");
+  app.add_option("--router-arg", t.router_args, "extra router flag (repeatable)");
+  app.add_flag("--workers-only", workers_only, "do not start a router");
+  app.add_option("--grace-period-s", t.grace_period_s)->capture_default_str();
+  app.add_option("--bin-dir", bin_dir, "where xserv-worker/xserv-router are (default: beside me)");
+  if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-supervisor")) {
+    return *code;
+  }
+  if (!topology_file.empty()) {
+    auto loaded = xserv::supervisor::LoadTopologyFile(topology_file);
+    if (!loaded.ok()) {
+      spdlog::error("{}", loaded.status().ToString());
+      return 2;
+    }
+    // Flags given explicitly win over the file.
+    xserv::supervisor::Topology merged = *loaded;
+    if (app.count("--model")) merged.model_dir = t.model_dir;
+    if (app.count("--backend")) merged.backend = t.backend;
+    if (app.count("--tp")) merged.tp = t.tp;
+    if (app.count("--pp")) merged.pp = t.pp;
+    if (app.count("--replicas")) merged.replicas = t.replicas;
+    if (app.count("--http-port")) merged.http_port = t.http_port;
+    if (app.count("--grpc-port")) merged.grpc_port = t.grpc_port;
+    if (app.count("--host")) merged.host = t.host;
+    t = merged;
+  }
+  for (size_t pos = 0; !devices.empty() && pos <= devices.size();) {
+    const size_t comma = devices.find(',', pos);
+    t.devices.push_back(std::stoi(devices.substr(pos, comma - pos)));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (workers_only) t.start_router = false;
+  if (auto status = t.Validate(); !status.ok()) {
+    spdlog::error("{}", status.ToString());
+    return 2;
+  }
+  if (bin_dir.empty()) {
+    bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  }
+  return xserv::supervisor::Supervisor(t, bin_dir).Run();
+}

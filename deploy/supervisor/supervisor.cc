@@ -1,0 +1,252 @@
+#include "deploy/supervisor/supervisor.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
+
+namespace xserv::supervisor {
+
+namespace wv1 = xserv::worker::v1;
+
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::chrono::milliseconds Uptime(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               t);
+}
+
+}  // namespace
+
+Supervisor::Supervisor(Topology topology, std::string bin_dir)
+    : topology_(std::move(topology)), bin_dir_(std::move(bin_dir)) {
+  replicas_.resize(topology_.replicas);
+  for (int r = 0; r < topology_.replicas; ++r) {
+    for (int k = 0; k < topology_.ranks_per_replica(); ++k) {
+      Child child;
+      child.name = absl::StrCat("worker r", r, "/rank", k);
+      child.argv = WorkerArgv(r, k);
+      if (topology_.backend == "cuda" && !topology_.devices.empty()) {
+        child.env.push_back(absl::StrCat(
+            "CUDA_VISIBLE_DEVICES=", topology_.devices[r * topology_.ranks_per_replica() + k]));
+      }
+      replicas_[r].ranks.push_back(std::move(child));
+    }
+    replicas_[r].leader = wv1::Worker::NewStub(grpc::CreateChannel(
+        topology_.LeaderAddresses()[r], grpc::InsecureChannelCredentials()));
+  }
+  router_.name = "router";
+  router_.argv = RouterArgv();
+}
+
+std::vector<std::string> Supervisor::WorkerArgv(int replica, int rank) const {
+  std::vector<std::string> argv = {bin_dir_ + "/xserv-worker",
+                                   "--model", topology_.model_dir,
+                                   "--backend", topology_.backend,
+                                   "--host", "127.0.0.1",
+                                   "--port", std::to_string(topology_.WorkerPort(replica, rank))};
+  argv.insert(argv.end(), topology_.worker_args.begin(), topology_.worker_args.end());
+  return argv;
+}
+
+std::vector<std::string> Supervisor::RouterArgv() const {
+  std::vector<std::string> argv = {bin_dir_ + "/xserv-router",
+                                   "--model", topology_.model_dir,
+                                   "--workers", absl::StrJoin(topology_.LeaderAddresses(), ","),
+                                   "--host", topology_.host,
+                                   "--http-port", std::to_string(topology_.http_port),
+                                   "--grpc-port", std::to_string(topology_.grpc_port)};
+  argv.insert(argv.end(), topology_.router_args.begin(), topology_.router_args.end());
+  return argv;
+}
+
+bool Supervisor::Launch(Child& child) {
+  const pid_t pid = fork();
+  if (pid < 0) {
+    spdlog::error("fork for {} failed", child.name);
+    return false;
+  }
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // children handle their own signals
+    for (const std::string& kv : child.env) putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> argv;
+    for (const std::string& a : child.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  child.pid = pid;
+  child.started = Clock::now();
+  spdlog::info("started {} (pid {}): {}", child.name, pid, absl::StrJoin(child.argv, " "));
+  return true;
+}
+
+void Supervisor::LaunchReplica(size_t r) {
+  for (Child& child : replicas_[r].ranks) Launch(child);
+  replicas_[r].state = ReplicaState::kStarting;
+}
+
+void Supervisor::KillReplica(size_t r, int sig) {
+  for (Child& child : replicas_[r].ranks) {
+    if (child.pid > 0) kill(child.pid, sig);
+  }
+}
+
+void Supervisor::ReapChildren() {
+  while (true) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    const std::string how = WIFEXITED(status) ? absl::StrCat("exit code ", WEXITSTATUS(status))
+                                              : absl::StrCat("signal ", WTERMSIG(status));
+    if (pid == router_.pid) {
+      router_.pid = -1;
+      const auto delay = router_backoff_.OnFailure(Uptime(router_.started));
+      spdlog::warn("router exited ({}); restarting in {} ms", how, delay.count());
+      router_restart_at_ = Clock::now() + delay;
+      continue;
+    }
+    for (size_t r = 0; r < replicas_.size(); ++r) {
+      Replica& replica = replicas_[r];
+      for (Child& child : replica.ranks) {
+        if (child.pid != pid) continue;
+        child.pid = -1;
+        if (replica.state == ReplicaState::kBackoff) continue;  // a rank we killed ourselves
+        const auto delay = replica.backoff.OnFailure(Uptime(child.started));
+        spdlog::warn("{} exited ({}); restarting replica {} in {} ms", child.name, how, r,
+                     delay.count());
+        replica.state = ReplicaState::kBackoff;
+        replica.restart_at = Clock::now() + delay;
+        KillReplica(r, SIGKILL);  // the survivors' communicators are useless now
+      }
+    }
+  }
+}
+
+bool Supervisor::LeaderServing(Replica& replica) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  wv1::HealthResponse health;
+  return replica.leader->Health(&ctx, wv1::HealthRequest(), &health).ok() &&
+         health.state() == wv1::HealthResponse::STATE_SERVING;
+}
+
+void Supervisor::ProbeStarting() {
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    Replica& replica = replicas_[r];
+    if (replica.state == ReplicaState::kBackoff && Clock::now() >= replica.restart_at) {
+      bool all_gone = true;
+      for (const Child& c : replica.ranks) all_gone &= c.pid <= 0;
+      if (all_gone) LaunchReplica(r);
+    }
+    if (replica.state == ReplicaState::kStarting && LeaderServing(replica)) {
+      replica.state = ReplicaState::kReady;
+      spdlog::info("replica {} ready after {:.1f} s", r, SecondsSince(replica.ranks[0].started));
+    }
+  }
+}
+
+bool Supervisor::WaitExit(std::vector<Child*> children, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    bool any = false;
+    for (Child* c : children) {
+      if (c->pid <= 0) continue;
+      int status = 0;
+      if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
+        spdlog::info("{} stopped ({})", c->name,
+                     WIFEXITED(status) ? absl::StrCat("exit code ", WEXITSTATUS(status))
+                                       : absl::StrCat("signal ", WTERMSIG(status)));
+        c->pid = -1;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+void Supervisor::Drain() {
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(topology_.grace_period_s * 1000));
+  if (router_.pid > 0) {
+    spdlog::info("draining the router");
+    kill(router_.pid, SIGTERM);
+    if (!WaitExit({&router_}, grace)) {
+      spdlog::warn("router did not stop within the grace period; killing it");
+      kill(router_.pid, SIGKILL);
+      WaitExit({&router_}, std::chrono::seconds(5));
+    }
+  }
+  std::vector<Child*> workers;
+  for (Replica& replica : replicas_) {
+    for (Child& child : replica.ranks) {
+      if (child.pid > 0) {
+        kill(child.pid, SIGTERM);
+        workers.push_back(&child);
+      }
+    }
+  }
+  spdlog::info("draining {} worker process(es)", workers.size());
+  if (!WaitExit(workers, grace)) {
+    for (Child* c : workers) {
+      if (c->pid > 0) kill(c->pid, SIGKILL);
+    }
+    WaitExit(workers, std::chrono::seconds(5));
+  }
+}
+
+int Supervisor::Run() {
+  for (size_t r = 0; r < replicas_.size(); ++r) LaunchReplica(r);
+  router_wanted_ = topology_.start_router;
+  const auto start = Clock::now();
+  auto last_progress = start;
+  bool router_started_once = false;
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  while (true) {
+    const timespec tick{.tv_sec = 0, .tv_nsec = 100'000'000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("signal {}: shutting down", sig);
+      Drain();
+      spdlog::info("supervisor stopped");
+      return 0;
+    }
+    ReapChildren();
+    ProbeStarting();
+    int ready = 0;
+    for (const Replica& replica : replicas_) ready += replica.state == ReplicaState::kReady;
+    // The router starts once every replica is ready the first time (or after 10 minutes with
+    // whatever is ready); afterwards it is restarted whenever it dies, ready replicas or not.
+    const bool startup_done =
+        ready == static_cast<int>(replicas_.size()) ||
+        (ready > 0 && Clock::now() - start > std::chrono::minutes(10));
+    if (router_wanted_ && router_.pid <= 0 && (router_started_once || startup_done) &&
+        Clock::now() >= router_restart_at_) {
+      if (Launch(router_)) router_started_once = true;
+    }
+    if (!router_started_once && Clock::now() - last_progress > std::chrono::seconds(2)) {
+      last_progress = Clock::now();
+      spdlog::info("waiting for replicas: {}/{} ready ({:.0f} s)", ready, replicas_.size(),
+                   SecondsSince(start));
+    }
+  }
+}
+
+}  // namespace xserv::supervisor

@@ -1,0 +1,67 @@
+// Supervisor: launches the worker processes of every replica and the router from a Topology,
+// waits for readiness (with progress), probes health, restarts a failed replica as a whole (its
+// communicators must be rebuilt) or a failed router with exponential backoff, and on SIGTERM
+// drains: the router first (stops admitting, finishes in-flight), then the workers, each within
+// the grace period, then exits 0.
+//
+// Runs on the main thread only (Run blocks); child processes are plain fork/exec.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deploy/supervisor/backoff.h"
+#include "deploy/supervisor/topology.h"
+#include "xserv/worker/v1/worker.grpc.pb.h"
+
+namespace xserv::supervisor {
+
+class Supervisor {
+ public:
+  Supervisor(Topology topology, std::string bin_dir);
+  // Returns the process exit code. SIGTERM/SIGINT must be blocked in every thread beforehand.
+  int Run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Child {
+    std::string name;
+    std::vector<std::string> argv;
+    std::vector<std::string> env;  // extra KEY=VALUE
+    pid_t pid = -1;
+    Clock::time_point started{};
+  };
+  enum class ReplicaState { kStarting, kReady, kBackoff };
+  struct Replica {
+    std::vector<Child> ranks;
+    ReplicaState state = ReplicaState::kStarting;
+    Clock::time_point restart_at{};
+    RestartBackoff backoff;
+    std::unique_ptr<xserv::worker::v1::Worker::Stub> leader;
+  };
+
+  bool Launch(Child& child);
+  void LaunchReplica(size_t r);
+  void KillReplica(size_t r, int sig);
+  void ReapChildren();
+  void ProbeStarting();
+  bool LeaderServing(Replica& replica);
+  void Drain();
+  bool WaitExit(std::vector<Child*> children, std::chrono::milliseconds timeout);
+  std::vector<std::string> WorkerArgv(int replica, int rank) const;
+  std::vector<std::string> RouterArgv() const;
+
+  const Topology topology_;
+  const std::string bin_dir_;
+  std::vector<Replica> replicas_;
+  Child router_;
+  RestartBackoff router_backoff_;
+  Clock::time_point router_restart_at_{};
+  bool router_wanted_ = false;
+};
+
+}  // namespace xserv::supervisor

@@ -1,0 +1,86 @@
+#include "deploy/supervisor/topology.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace xserv::supervisor {
+
+std::vector<std::string> Topology::LeaderAddresses() const {
+  std::vector<std::string> out;
+  for (int r = 0; r < replicas; ++r) out.push_back(absl::StrCat("127.0.0.1:", WorkerPort(r, 0)));
+  return out;
+}
+
+absl::Status Topology::Validate() const {
+  if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  if (backend != "cpu" && backend != "cuda") {
+    return absl::InvalidArgumentError("--backend must be cpu or cuda");
+  }
+  if (tp < 1 || pp < 1 || replicas < 1) {
+    return absl::InvalidArgumentError("--tp, --pp and --replicas must be at least 1");
+  }
+  if (tp * pp > 1) {
+    return absl::UnimplementedError(
+        "tensor/pipeline parallelism across worker processes is not available yet (issue 7); "
+        "use --tp 1 --pp 1 and --replicas for more capacity");
+  }
+  if (backend == "cuda" && !devices.empty() &&
+      static_cast<int>(devices.size()) != replicas * tp * pp) {
+    return absl::InvalidArgumentError(absl::StrCat("--devices lists ", devices.size(),
+                                                   " GPUs; the topology needs ",
+                                                   replicas * tp * pp));
+  }
+  for (int port : {http_port, grpc_port, worker_base_port}) {
+    if (port < 1 || port > 65535) return absl::InvalidArgumentError("ports must be in 1..65535");
+  }
+  if (worker_base_port + replicas * tp * pp > 65536) {
+    return absl::InvalidArgumentError("worker ports run past 65535");
+  }
+  if (grace_period_s < 0) return absl::InvalidArgumentError("grace period must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read topology file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(path + ": not a JSON object");
+  }
+  static const std::set<std::string> kKeys = {
+      "model", "backend", "tp", "pp", "replicas", "devices", "host", "http_port", "grpc_port",
+      "worker_base_port", "worker_args", "router_args", "start_router", "grace_period_s"};
+  for (const auto& [key, value] : j.items()) {
+    if (!kKeys.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key '", key, "'"));
+    }
+  }
+  Topology t;
+  try {  // nlohmann type errors become one InvalidArgument here
+    t.model_dir = j.value("model", t.model_dir);
+    t.backend = j.value("backend", t.backend);
+    t.tp = j.value("tp", t.tp);
+    t.pp = j.value("pp", t.pp);
+    t.replicas = j.value("replicas", t.replicas);
+    t.devices = j.value("devices", t.devices);
+    t.host = j.value("host", t.host);
+    t.http_port = j.value("http_port", t.http_port);
+    t.grpc_port = j.value("grpc_port", t.grpc_port);
+    t.worker_base_port = j.value("worker_base_port", t.worker_base_port);
+    t.worker_args = j.value("worker_args", t.worker_args);
+    t.router_args = j.value("router_args", t.router_args);
+    t.start_router = j.value("start_router", t.start_router);
+    t.grace_period_s = j.value("grace_period_s", t.grace_period_s);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+  }
+  return t;
+}
+
+}  // namespace xserv::supervisor

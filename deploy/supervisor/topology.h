@@ -1,0 +1,41 @@
+// Topology: what the supervisor launches, from flags or a JSON file. Plain data + Validate().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace xserv::supervisor {
+
+struct Topology {
+  std::string model_dir;
+  std::string backend = "cpu";         // cpu | cuda
+  int tp = 1;
+  int pp = 1;
+  int replicas = 1;
+  std::vector<int> devices;            // GPU ordinals, tp*pp per replica (cuda)
+  std::string host = "127.0.0.1";      // router HTTP/gRPC bind address
+  int http_port = 8080;
+  int grpc_port = 50051;
+  int worker_base_port = 50100;        // replica r, rank k listens on base + r*tp*pp + k
+  std::vector<std::string> worker_args;  // passed through to every worker
+  std::vector<std::string> router_args;  // passed through to the router
+  bool start_router = true;            // false: workers only (compose "workers" service)
+  double grace_period_s = 30;          // SIGTERM drain budget
+
+  int ranks_per_replica() const { return tp * pp; }
+  int WorkerPort(int replica, int rank) const {
+    return worker_base_port + replica * ranks_per_replica() + rank;
+  }
+  std::vector<std::string> LeaderAddresses() const;
+
+  absl::Status Validate() const;
+};
+
+// Reads a JSON topology file whose keys match the flag names (model, backend, tp, pp, replicas,
+// devices, host, http_port, grpc_port, worker_base_port, worker_args, router_args, start_router,
+// grace_period_s). Unknown keys are an error.
+absl::StatusOr<Topology> LoadTopologyFile(const std::string& path);
+
+}  // namespace xserv::supervisor
