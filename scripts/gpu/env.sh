@@ -11,3 +11,4 @@ export XSERV_COMMIT
 if [[ -f $XSERV_ROOT/.bundle/assets.tar.xz && ! -d $XSERV_ROOT/.assets/tokenizers ]]; then
   mkdir -p "$XSERV_ROOT/.assets" && tar -C "$XSERV_ROOT/.assets" -xJf "$XSERV_ROOT/.bundle/assets.tar.xz"
 fi
+export XSERV_SOURCE_DIR=$XSERV_ROOT  # tests locate tests/data and .assets through it

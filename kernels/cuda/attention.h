@@ -1,0 +1,45 @@
+// Launcher of paged attention over a mixed batch (attention.cu). Host API only; CudaBackend
+// validates shapes first (ops_attention.cc). The batch metadata is read on the device, so one
+// launch serves prefill chunks and decode rows together, and no host work happens per layer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace xserv::kernels::cuda {
+
+// Supported head_dim: any even value up to kMaxHeadDim (a warp lane owns head_dim / 32 rounded up
+// dims, dispatched over kHeadDimChunks).
+inline constexpr int kMaxHeadDim = 256;
+
+// The paged-KV view of one layer and one step. Trivially copyable; passed as __grid_constant__.
+struct PagedAttentionArgs {
+  const void* q = nullptr;    // bf16 [tokens, heads, head_dim], heads packed
+  int64_t q_token_stride = 0;
+  void* out = nullptr;        // bf16 [tokens, heads, head_dim], heads packed
+  int64_t out_token_stride = 0;
+  const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, kv_heads, head_dim]
+  const void* v_cache = nullptr;
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;      // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
+  int64_t block_table_stride = 0;
+  int block_table_width = 0;              // entries per row that may be read
+  const float* sinks = nullptr;           // f32 [heads] or null
+  int tokens = 0;
+  int num_seqs = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  int num_blocks = 0;
+  int sliding_window = 0;  // > 0: keys in (pos - window, pos]
+  float scale = 1.0f;
+};
+
+// Causal attention of every query row over its sequence's cached keys and values. Rows whose
+// metadata points outside the pool come out NaN (the host cannot check device metadata cheaply).
+cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,165 @@
+// CudaBackend: creation, memory, dtype conversion and the launch-status plumbing. The ops live
+// in ops_*.cc, one file per family.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/op_util.h"
+
+namespace xserv::kernels::cuda {
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const CudaBackendOptions& options) {
+  int count = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDeviceCount(&count));
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " requested, ", count, " visible"));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device));
+  // Non-blocking: the legacy default stream (used by stray cudaMemcpy calls elsewhere) does not
+  // serialise with ours.
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
+  ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create());
+  return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+}
+
+absl::Status CudaBackend::Launched(const char* op, cudaError_t launch_error) {
+  if (launch_error != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(op, ": launch failed: ", cudaGetErrorName(launch_error),
+                                            " (", cudaGetErrorString(launch_error), ")"));
+  }
+  if (options_.check_each_op) {
+    const cudaError_t err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
+      return absl::InternalError(absl::StrCat(op, ": kernel failed: ", cudaGetErrorName(err), " (",
+                                              cudaGetErrorString(err), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, std::span<const int64_t> shape) {
+  if (shape.size() > kMaxRank) return OpError("Allocate", "rank above 4");
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return OpError("Allocate", "negative dimension");
+    count *= d;
+  }
+  // Whole 256-byte granules (cudaMalloc's alignment) so vector kernels may read a tail safely;
+  // never zero bytes, so even an empty tensor has a non-null pointer like the CPU backend's.
+  const size_t bytes = ((std::max<int64_t>(count, 1) * DTypeSize(dtype) + 255) / 256) * 256;
+  void* data = nullptr;
+  const cudaError_t err = cudaMalloc(&data, bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // an allocation failure is not sticky; clear it
+    return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of ", bytes, " bytes failed: ",
+                                                     cudaGetErrorString(err)));
+  }
+  Buffer buffer(MakeTensor(data, dtype, DeviceType::kCuda, shape), [](void* p) { cudaFree(p); });
+  // Zeroed on our stream, so fresh KV blocks and scratch are deterministic before any op reads.
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(data, 0, bytes, stream_));
+  return buffer;
+}
+
+absl::Status CudaBackend::CopyFromHost(const void* src, const Tensor& dst) {
+  RETURN_IF_ERROR(ExpectCuda("CopyFromHost", "dst", dst));
+  RETURN_IF_ERROR(ExpectContiguous("CopyFromHost", "dst", dst));
+  // From pageable memory the copy is staged before this returns, so `src` may be reused at once.
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  return Launched("CopyFromHost", cudaSuccess);
+}
+
+absl::Status CudaBackend::CopyToHost(const Tensor& src, void* dst) {
+  RETURN_IF_ERROR(ExpectCuda("CopyToHost", "src", src));
+  RETURN_IF_ERROR(ExpectContiguous("CopyToHost", "src", src));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Convert(const Tensor& src, const Tensor& dst) {
+  constexpr const char* kOp = "Convert";
+  RETURN_IF_ERROR(ExpectCuda(kOp, "src", src));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "dst", dst));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, src, dst));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "src", src));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "dst", dst));
+  if (src.dtype == dst.dtype) {
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    return Launched(kOp, cudaSuccess);
+  }
+  const std::optional<ElemType> from = ElemTypeOf(src.dtype), to = ElemTypeOf(dst.dtype);
+  if (!from || !to) {
+    return OpError(kOp, absl::StrCat("unsupported conversion ", src.Describe(), " -> ",
+                                     dst.Describe()));
+  }
+  return Launched(kOp, LaunchConvert(src.data, *from, dst.data, *to, src.numel(), stream_));
+}
+
+absl::Status CudaBackend::Synchronize() {
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CheckIndices(const char* op, const char* what, const Tensor& indices,
+                                       int64_t limit) {
+  if (!options_.check_each_op || indices.numel() == 0) return absl::OkStatus();
+  std::vector<int32_t> host(indices.numel());
+  RETURN_IF_ERROR(CopyToHost(indices, host.data()));
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (host[i] < 0 || host[i] >= limit) {
+      return OpError(op, absl::StrCat(what, " ", host[i], " at ", i, " outside [0, ", limit, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
+                                                 const AttentionBatch& batch) {
+  constexpr const char* kOp = "Attention";
+  const int n = batch.num_seqs;
+  const int64_t width = batch.block_tables.dim(1);
+  std::vector<int32_t> qs(n + 1), lens(n), tables(static_cast<size_t>(n) * width);
+  // Rows of the block table may be strided; copy row by row through a contiguous view.
+  RETURN_IF_ERROR(CopyToHost(batch.query_start.SliceRows(0, n + 1), qs.data()));
+  RETURN_IF_ERROR(CopyToHost(batch.seq_lens.SliceRows(0, n), lens.data()));
+  for (int s = 0; s < n; ++s) {
+    RETURN_IF_ERROR(CopyToHost(batch.block_tables.SliceRows(s, s + 1), &tables[s * width]));
+  }
+  if (qs[0] != 0 || qs[n] != q.dim(0)) return OpError(kOp, "query_start does not cover q");
+  const int64_t block_size = kv.k.dim(1), num_blocks = kv.k.dim(0);
+  for (int s = 0; s < n; ++s) {
+    const int64_t q_len = qs[s + 1] - qs[s];
+    if (q_len < 0 || lens[s] < q_len || (lens[s] + block_size - 1) / block_size > width) {
+      return OpError(kOp, absl::StrCat("sequence ", s, ": ", q_len, " queries, ", lens[s],
+                                       " kv tokens, block table width ", width));
+    }
+    for (int64_t b = 0; b < (lens[s] + block_size - 1) / block_size; ++b) {
+      const int32_t block = tables[s * width + b];
+      if (block < 0 || block >= num_blocks) {
+        return OpError(kOp, absl::StrCat("sequence ", s, " block ", b, " is ", block,
+                                         ", pool has ", num_blocks));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,103 @@
+// The CUDA backend: the op API (kernels/backend.h) on one NVIDIA GPU. Weights and activations are
+// bf16 in device memory (compute_dtype() == kBF16), every reduction and accumulation is fp32;
+// logits, router logits, RoPE tables and sinks are f32. GEMMs go to cuBLASLt (gemm.h); every
+// other op is one small kernel, one op family per file set (elementwise, norm, softmax, rope,
+// paged_kv, attention, moe). ops_*.cc validate arguments and launch; the .cu files compute.
+//
+// Ownership and threading: one CudaBackend per worker process, created at start-up and used only
+// by the engine-loop thread, which must have the backend's device current (Create makes it
+// current on the calling thread). Every op is queued on the one CUDA stream the backend owns, in
+// call order; ops never synchronise with the host except CopyToHost and Synchronize, and never
+// allocate device memory (the cuBLASLt workspace is allocated once in Create). Buffers from
+// Allocate are freed with cudaFree, which waits for the device; free them before the backend.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/gemm.h"
+
+namespace xserv::kernels::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Debug / self-check mode: synchronise after every op and return the first device error with
+  // the op's name, and copy device-side indices (token ids, row indices, positions, slots, expert
+  // ids, attention metadata) to the host to refuse bad ones with InvalidArgument exactly like the
+  // CPU backend. Without it, bad indices give NaN rows or skipped writes, never out-of-bounds
+  // access. Slow; for tests and for chasing a bad step.
+  bool check_each_op = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  DeviceType device() const override { return DeviceType::kCuda; }
+  std::string name() const override { return "cuda"; }
+  DType compute_dtype() const override { return DType::kBF16; }
+  cudaStream_t stream() const { return stream_; }
+  const GemmRunner& gemm() const { return *gemm_; }
+
+  absl::StatusOr<Buffer> Allocate(DType dtype, std::span<const int64_t> shape) override;
+  using Backend::Allocate;
+  absl::Status CopyFromHost(const void* src, const Tensor& dst) override;
+  absl::Status CopyToHost(const Tensor& src, void* dst) override;
+  absl::Status Convert(const Tensor& src, const Tensor& dst) override;
+  absl::Status Synchronize() override;
+
+  absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
+                         bool accumulate) override;
+  absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                       const Tensor& out) override;
+  absl::Status AddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                          const Tensor& out) override;
+  absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                         const Tensor& out) override;
+  absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+
+  absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
+                      const Tensor& out) override;
+  absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
+
+  absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
+  absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
+                       const Tensor& slot_mapping) override;
+  absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                         const AttentionParams& params, const Tensor& out) override;
+
+  absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
+
+  absl::Status RouterTopK(const Tensor& logits, const Tensor& ids, const Tensor& weights) override;
+  absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                       const ExpertWeights& experts, const GluParams& glu,
+                       const Tensor& out) override;
+
+  absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
+
+ private:
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
+
+  // The status of a launch (its cudaGetLastError); in check_each_op mode also waits for the
+  // kernel and reports its execution error under the op's name.
+  absl::Status Launched(const char* op, cudaError_t launch_error);
+  // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
+  absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
+                            int64_t limit);
+  // check_each_op: the CPU backend's host-side checks of the step's attention metadata.
+  absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
+                                      const AttentionBatch& batch);
+
+  CudaBackendOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmRunner> gemm_;
+};
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,170 @@
+#include "kernels/cuda/gemm.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+absl::Status LtStatus(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasLtGetStatusName(status), " (",
+                                          cublasLtGetStatusString(status), ")"));
+}
+
+#define RETURN_IF_LT_ERROR(expr) RETURN_IF_ERROR(LtStatus((expr), #expr))
+
+cudaDataType_t CudaType(ElemType t) {
+  switch (t) {
+    case ElemType::kF32: return CUDA_R_32F;
+    case ElemType::kBF16: return CUDA_R_16BF;
+    case ElemType::kF16: return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume about it.
+int Alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+}  // namespace
+
+struct GemmRunner::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t w_layout = nullptr, x_layout = nullptr, out_layout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  ~Plan() {
+    if (out_layout) cublasLtMatrixLayoutDestroy(out_layout);
+    if (x_layout) cublasLtMatrixLayoutDestroy(x_layout);
+    if (w_layout) cublasLtMatrixLayoutDestroy(w_layout);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create() {
+  std::unique_ptr<GemmRunner> runner(new GemmRunner());
+  RETURN_IF_LT_ERROR(cublasLtCreate(&runner->handle_));
+  RETURN_IF_CUDA_ERROR(cudaMalloc(&runner->workspace_, kWorkspaceBytes));
+  return runner;
+}
+
+GemmRunner::~GemmRunner() {
+  plans_.clear();
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+// cuBLASLt is column-major. Row-major out[m, n] is column-major out^T [n, m] (ld = ldo), so we ask
+// for out^T = w · x^T: A = w seen column-major as [k, n] (ld = ldw) with op T, B = x seen
+// column-major as [k, m] (ld = ldx) with op N. The bias epilogue adds bias[row of D] = bias[n].
+absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool epilogue_bias) {
+  const Key key{c.m,
+                c.n,
+                c.k,
+                c.ldx,
+                c.ldw,
+                c.ldo,
+                static_cast<int>(c.out_type),
+                epilogue_bias,
+                Alignment(c.x),
+                Alignment(c.w),
+                Alignment(c.out),
+                epilogue_bias ? Alignment(c.bias) : 0};
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  RETURN_IF_LT_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
+                                                    sizeof(op_t)));
+  RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
+                                                    sizeof(op_n)));
+  if (epilogue_bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    const cudaDataType_t bias_type = CudaType(c.bias_type);
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, CUDA_R_16BF, c.k, c.n, c.ldw));
+  RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->x_layout, CUDA_R_16BF, c.k, c.m, c.ldx));
+  RETURN_IF_LT_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->out_layout, CudaType(c.out_type), c.n, c.m, c.ldo));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t align_w = Alignment(c.w), align_x = Alignment(c.x), align_out = Alignment(c.out);
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                              &align_w, sizeof(align_w));
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                              &align_x, sizeof(align_x));
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                              &align_out, sizeof(align_out));
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &align_out, sizeof(align_out));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->w_layout, plan->x_layout,
+                                        plan->out_layout, plan->out_layout, pref, 1, &result,
+                                        &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  RETURN_IF_LT_ERROR(st);
+  if (found == 0) {
+    return absl::UnimplementedError(absl::StrCat("Matmul: cuBLASLt has no algorithm for m=", c.m,
+                                                 " n=", c.n, " k=", c.k, " ldx=", c.ldx,
+                                                 " ldw=", c.ldw, " ldo=", c.ldo));
+  }
+  plan->algo = result.algo;
+  Plan* raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
+  if (c.m == 0 || c.n == 0) return absl::OkStatus();
+  // The epilogue adds a bf16 bias in fp32 before the single rounding of a bf16 output; other
+  // combinations (f32 logits, router logits) take the separate bias kernel, which costs an f32
+  // output no precision.
+  const bool epilogue_bias = c.bias != nullptr && c.out_type == ElemType::kBF16 &&
+                             c.bias_type == ElemType::kBF16;
+  ASSIGN_OR_RETURN(Plan * plan, GetPlan(c, epilogue_bias));
+  if (epilogue_bias) {
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  RETURN_IF_LT_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, c.w, plan->w_layout, c.x,
+                                    plan->x_layout, &beta, c.out, plan->out_layout, c.out,
+                                    plan->out_layout, &plan->algo, workspace_, kWorkspaceBytes,
+                                    stream));
+  if (c.bias != nullptr && !epilogue_bias) {
+    const RowsView out{c.out, c.m, c.n, c.ldo};
+    RETURN_IF_CUDA_ERROR(LaunchAddBias(out, c.out_type, c.bias, c.bias_type, stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,65 @@
+// GemmRunner: bf16 GEMMs through cuBLASLt with plans cached by shape, for CudaBackend::Matmul.
+//
+// Ownership and threading: owned by one CudaBackend and used only from its engine-loop thread
+// (the plan cache is unsynchronised). It holds the cuBLASLt handle and a workspace allocated
+// once at creation, so Run never allocates device memory. A plan (descriptors + the algorithm the
+// heuristic picked) is made on the first call of a shape and reused after, so steady-state calls
+// do no heuristic search.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/kernel_types.h"
+
+namespace xserv::kernels::cuda {
+
+// One GEMM call in row-major terms: out[m, n] = x[m, k] · w[n, k]^T (+ bias[n]).
+struct GemmCall {
+  const void* x = nullptr;  // bf16, row stride ldx
+  int64_t ldx = 0;
+  const void* w = nullptr;  // bf16, row stride ldw
+  int64_t ldw = 0;
+  void* out = nullptr;      // f32 or bf16, row stride ldo
+  int64_t ldo = 0;
+  ElemType out_type = ElemType::kBF16;
+  const void* bias = nullptr;  // [n] of bias_type, or null
+  ElemType bias_type = ElemType::kBF16;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+class GemmRunner {
+ public:
+  static constexpr size_t kWorkspaceBytes = 32 << 20;
+
+  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create();
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  absl::Status Run(const GemmCall& call, cudaStream_t stream);
+
+  size_t num_plans() const { return plans_.size(); }
+
+ private:
+  // Everything a cuBLASLt algorithm choice depends on: shape, strides, types, epilogue and the
+  // pointers' alignments (a column slice may be less aligned than a fresh allocation).
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int, int,
+                         int, int>;
+  struct Plan;
+
+  GemmRunner() = default;
+  absl::StatusOr<Plan*> GetPlan(const GemmCall& call, bool epilogue_bias);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace xserv::kernels::cuda

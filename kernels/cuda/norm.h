@@ -1,0 +1,25 @@
+// Launchers of the normalisation kernels (norm.cu). Host API only; CudaBackend validates first
+// (ops_norm.cc). bf16 rows in and out, bf16 weight/bias, fp32 statistics.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/kernel_types.h"
+
+namespace xserv::kernels::cuda {
+
+struct NormArgs {
+  RowsView x;            // bf16 [rows, cols]
+  RowsView residual;     // bf16 [rows, cols], data == nullptr: no residual add
+  RowsView out;          // bf16 [rows, cols]; may alias x (or residual)
+  const void* weight = nullptr;  // bf16 [cols]
+  const void* bias = nullptr;    // bf16 [cols], LayerNorm only
+  float eps = 1e-6f;
+};
+
+// RMSNorm; with a residual, residual += x first (stored in bf16) and the norm is of the stored sum.
+cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream);
+// LayerNorm with weight and bias (residual must be empty).
+cudaError_t LaunchLayerNorm(const NormArgs& args, cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,161 @@
+// CudaBackend position and attention ops: Rope, WriteKv, paged Attention. Validation of shapes
+// and dtypes here; the step's metadata (positions, slots, block tables) lives on the device and is
+// bounds-checked by the kernels (NaN rows / skipped slots), or on the host in check_each_op mode.
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/op_util.h"
+#include "kernels/cuda/paged_kv.h"
+#include "kernels/cuda/rope.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+absl::Status CheckKv(const char* op, const KvLayer& kv) {
+  RETURN_IF_ERROR(ExpectCuda(op, "kv.k", kv.k));
+  RETURN_IF_ERROR(ExpectCuda(op, "kv.v", kv.v));
+  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, DType::kBF16));
+  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(op, "kv.k", kv.k, 4));
+  RETURN_IF_ERROR(ExpectContiguous(op, "kv.k", kv.k));
+  RETURN_IF_ERROR(ExpectContiguous(op, "kv.v", kv.v));
+  RETURN_IF_ERROR(ExpectSameShape(op, kv.k, kv.v));
+  return ExpectIntRange(op, "num_blocks", kv.k.dim(0));
+}
+
+absl::Status CheckI32Vector(const char* op, const char* name, const Tensor& t, int64_t size) {
+  RETURN_IF_ERROR(ExpectCuda(op, name, t));
+  RETURN_IF_ERROR(ExpectDType(op, name, t, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(op, name, t, 1));
+  RETURN_IF_ERROR(ExpectContiguous(op, name, t));
+  return ExpectDim(op, name, t, 0, size);
+}
+
+}  // namespace
+
+absl::Status CudaBackend::Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) {
+  constexpr const char* kOp = "Rope";
+  RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
+  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kBF16));
+  RETURN_IF_ERROR(ExpectTokenHeads(kOp, "x", x));
+  RETURN_IF_ERROR(CheckI32Vector(kOp, "positions", positions, x.dim(0)));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "cos_sin", cos_sin));
+  RETURN_IF_ERROR(ExpectDType(kOp, "cos_sin", cos_sin, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "cos_sin", cos_sin, 2));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "cos_sin", cos_sin));
+  RETURN_IF_ERROR(ExpectDim(kOp, "cos_sin", cos_sin, 1, x.dim(2)));
+  if (x.dim(2) % 2 != 0) return OpError(kOp, "head_dim must be even");
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", x.dim(0)));
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "heads * head_dim", x.dim(1) * x.dim(2)));
+  RETURN_IF_ERROR(CheckIndices(kOp, "position", positions, cos_sin.dim(0)));
+  const RopeArgs args{.x = x.data,
+                      .token_stride = x.stride(0),
+                      .tokens = x.dim(0),
+                      .heads = static_cast<int>(x.dim(1)),
+                      .head_dim = static_cast<int>(x.dim(2)),
+                      .positions = positions.as<int32_t>(),
+                      .cos_sin = cos_sin.as<float>(),
+                      .max_positions = cos_sin.dim(0)};
+  return Launched(kOp, LaunchRope(args, stream_));
+}
+
+absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
+                                  const Tensor& slot_mapping) {
+  constexpr const char* kOp = "WriteKv";
+  RETURN_IF_ERROR(CheckKv(kOp, kv));
+  for (const Tensor* t : {&k, &v}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, "k/v", *t));
+    RETURN_IF_ERROR(ExpectDType(kOp, "k/v", *t, DType::kBF16));
+    RETURN_IF_ERROR(ExpectTokenHeads(kOp, "k/v", *t));
+    RETURN_IF_ERROR(ExpectDim(kOp, "k/v", *t, 1, kv.k.dim(2)));
+    RETURN_IF_ERROR(ExpectDim(kOp, "k/v", *t, 2, kv.k.dim(3)));
+  }
+  RETURN_IF_ERROR(ExpectSameShape(kOp, k, v));
+  RETURN_IF_ERROR(CheckI32Vector(kOp, "slot_mapping", slot_mapping, k.dim(0)));
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", k.dim(0)));
+  RETURN_IF_ERROR(CheckIndices(kOp, "slot", slot_mapping, kv.k.dim(0) * kv.k.dim(1)));
+  const WriteKvArgs args{.k = k.data,
+                         .v = v.data,
+                         .k_token_stride = k.stride(0),
+                         .v_token_stride = v.stride(0),
+                         .tokens = k.dim(0),
+                         .slot_elems = kv.k.dim(2) * kv.k.dim(3),
+                         .slots = slot_mapping.as<int32_t>(),
+                         .k_cache = kv.k.data,
+                         .v_cache = kv.v.data,
+                         .num_slots = kv.k.dim(0) * kv.k.dim(1)};
+  return Launched(kOp, LaunchWriteKv(args, stream_));
+}
+
+absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
+                                    const AttentionParams& params, const Tensor& out) {
+  constexpr const char* kOp = "Attention";
+  RETURN_IF_ERROR(CheckKv(kOp, kv));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "q", q));
+  RETURN_IF_ERROR(ExpectDType(kOp, "q", q, DType::kBF16));
+  RETURN_IF_ERROR(ExpectTokenHeads(kOp, "q", q));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectTokenHeads(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, q, out));
+  RETURN_IF_ERROR(ExpectDim(kOp, "q", q, 2, kv.k.dim(3)));
+  const int64_t tokens = q.dim(0), heads = q.dim(1), head_dim = q.dim(2);
+  const int64_t kv_heads = kv.k.dim(2), block_size = kv.k.dim(1);
+  if (kv_heads == 0 || heads % kv_heads != 0) {
+    return OpError(kOp, absl::StrCat(heads, " query heads do not group over ", kv_heads,
+                                     " kv heads"));
+  }
+  if (block_size < 1) return OpError(kOp, "block size must be positive");
+  if (block_size != batch.block_size) return OpError(kOp, "block size differs from the batch's");
+  if (head_dim > kMaxHeadDim) {
+    return OpError(kOp, absl::StrCat("head_dim ", head_dim, " above the supported ", kMaxHeadDim));
+  }
+  if (heads > 65535) return OpError(kOp, "more than 65535 heads (grid y limit)");
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", tokens));
+  if (tokens > 0 && batch.num_seqs < 1) return OpError(kOp, "query rows but no sequences");
+  RETURN_IF_ERROR(CheckI32Vector(kOp, "query_start", batch.query_start, batch.num_seqs + 1));
+  RETURN_IF_ERROR(CheckI32Vector(kOp, "seq_lens", batch.seq_lens, batch.num_seqs));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "block_tables", batch.block_tables));
+  RETURN_IF_ERROR(ExpectDType(kOp, "block_tables", batch.block_tables, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "block_tables", batch.block_tables, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "block_tables", batch.block_tables));
+  if (batch.block_tables.dim(0) < batch.num_seqs) {
+    return OpError(kOp, "block_tables has fewer rows than sequences");
+  }
+  const float* sinks = nullptr;
+  if (params.sinks != nullptr) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, "sinks", *params.sinks));
+    RETURN_IF_ERROR(ExpectDType(kOp, "sinks", *params.sinks, DType::kF32));
+    RETURN_IF_ERROR(ExpectRank(kOp, "sinks", *params.sinks, 1));
+    RETURN_IF_ERROR(ExpectDim(kOp, "sinks", *params.sinks, 0, heads));
+    sinks = params.sinks->as<float>();
+  }
+  if (options_.check_each_op && tokens > 0) {
+    RETURN_IF_ERROR(CheckAttentionMetadata(q, kv, batch));
+  }
+  const PagedAttentionArgs args{.q = q.data,
+                                .q_token_stride = q.stride(0),
+                                .out = out.data,
+                                .out_token_stride = out.stride(0),
+                                .k_cache = kv.k.data,
+                                .v_cache = kv.v.data,
+                                .query_start = batch.query_start.as<int32_t>(),
+                                .seq_lens = batch.seq_lens.as<int32_t>(),
+                                .block_tables = batch.block_tables.as<int32_t>(),
+                                .block_table_stride = batch.block_tables.stride(0),
+                                .block_table_width = static_cast<int>(batch.block_tables.dim(1)),
+                                .sinks = sinks,
+                                .tokens = static_cast<int>(tokens),
+                                .num_seqs = batch.num_seqs,
+                                .heads = static_cast<int>(heads),
+                                .kv_heads = static_cast<int>(kv_heads),
+                                .head_dim = static_cast<int>(head_dim),
+                                .block_size = static_cast<int>(block_size),
+                                .num_blocks = static_cast<int>(kv.k.dim(0)),
+                                .sliding_window = params.sliding_window,
+                                .scale = params.scale};
+  return Launched(kOp, LaunchPagedAttention(args, stream_));
+}
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,102 @@
+// Row softmax kernels over f32.
+//
+// LogSoftmax tile: one 256-thread CTA per row (vocab-sized rows); three passes over the row (max,
+// sum of exp, write), each thread on columns c = tid + k * 256 in every pass, so out may alias x.
+// RouterTopK tile: one warp per row (E <= 1024 experts, lane owns experts e = lane + 32 * i);
+// k rounds of a warp arg-max (lane 0 stores each winner and its logit), then the softmax over the
+// stored logits, lanes strided over the k selections.
+#include <cfloat>
+#include <climits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/softmax.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+
+__global__ void __launch_bounds__(kThreads) LogSoftmaxKernel(const RowsView x, const RowsView out) {
+  __shared__ float scratch[kWarps];
+  const int64_t r = blockIdx.x;
+  const float* in = RowPtr<const float>(x, r);
+  float* o = RowPtr<float>(out, r);
+  float max = -INFINITY;
+  for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) max = fmaxf(max, in[c]);
+  max = CtaMax<kWarps>(max, scratch);
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) sum += expf(in[c] - max);
+  sum = CtaSum<kWarps>(sum, scratch);
+  const float log_z = max + logf(sum);
+  for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) o[c] = in[c] - log_z;
+}
+
+constexpr int kRouterWarpsPerCta = 4;
+constexpr int kMaxExpertsPerLane = kMaxRouterExperts / kWarpSize;
+
+__global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
+    RouterTopKKernel(const RowsView logits, int k, int32_t* ids, float* weights) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerCta +
+                      threadIdx.x / kWarpSize;
+  if (row >= logits.rows) return;  // whole warps leave; no CTA barrier below
+  const int lane = threadIdx.x % kWarpSize;
+  const int experts = static_cast<int>(logits.cols);
+  const float* l = RowPtr<const float>(logits, row);
+  float vals[kMaxExpertsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarpSize;
+    vals[i] = e < experts ? l[e] : -INFINITY;
+  }
+  uint32_t taken = 0;  // bit i: expert lane + 32 * i already selected
+  int32_t* row_ids = ids + row * k;
+  float* row_weights = weights + row * k;
+  float top = 0.0f;  // the largest logit (round 0's winner)
+  for (int j = 0; j < k; ++j) {
+    float best = -INFINITY;
+    int best_id = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      const int e = lane + i * kWarpSize;
+      const bool better = vals[i] > best || (vals[i] == best && e < best_id);
+      if (e < experts && !(taken >> i & 1u) && better) best = vals[i], best_id = e;
+    }
+    // Warp arg-max; ties go to the lower id, so every lane agrees on the winner.
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(kFullMask, best, offset);
+      const int other_id = __shfl_xor_sync(kFullMask, best_id, offset);
+      if (other > best || (other == best && other_id < best_id)) best = other, best_id = other_id;
+    }
+    if (best_id % kWarpSize == lane) taken |= 1u << (best_id / kWarpSize);
+    if (j == 0) top = best;
+    if (lane == 0) row_ids[j] = best_id, row_weights[j] = best;  // logit for now
+  }
+  __syncwarp();  // lane 0's logits visible to the whole warp
+  // Softmax over the k selected logits.
+  float sum = 0.0f;
+  for (int j = lane; j < k; j += kWarpSize) sum += expf(row_weights[j] - top);
+  sum = WarpSum(sum);
+  __syncwarp();  // every lane has read the logits before any is overwritten
+  for (int j = lane; j < k; j += kWarpSize) row_weights[j] = expf(row_weights[j] - top) / sum;
+}
+
+}  // namespace
+
+cudaError_t LaunchLogSoftmax(const RowsView& x, const RowsView& out, cudaStream_t stream) {
+  if (x.rows == 0 || x.cols == 0) return cudaSuccess;
+  LogSoftmaxKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(x, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRouterTopK(const RowsView& logits, int k, int32_t* ids, float* weights,
+                             cudaStream_t stream) {
+  if (logits.rows == 0) return cudaSuccess;
+  const auto blocks =
+      static_cast<unsigned>((logits.rows + kRouterWarpsPerCta - 1) / kRouterWarpsPerCta);
+  RouterTopKKernel<<<blocks, kRouterWarpsPerCta * kWarpSize, 0, stream>>>(logits, k, ids, weights);
+  return cudaGetLastError();
+}
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,23 @@
+// Launchers of the f32 row-softmax family (softmax.cu): log-softmax of logits and the MoE router's
+// top-k + softmax. Host API only; CudaBackend validates first (ops_softmax.cc).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kernel_types.h"
+
+namespace xserv::kernels::cuda {
+
+// Router top-k supports at most this many experts (a warp holds the row in registers).
+inline constexpr int kMaxRouterExperts = 1024;
+
+// f32 rows: out = x - logsumexp(x). out may alias x.
+cudaError_t LaunchLogSoftmax(const RowsView& x, const RowsView& out, cudaStream_t stream);
+// logits f32 [T, E] rows; ids i32 [T, k] and weights f32 [T, k] contiguous. Ties pick the lower
+// expert id; weights are the softmax over the k selected logits.
+cudaError_t LaunchRouterTopK(const RowsView& logits, int k, int32_t* ids, float* weights,
+                             cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda

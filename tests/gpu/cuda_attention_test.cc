@@ -1,0 +1,137 @@
+// Paged KV write and attention on the CUDA backend against the CPU backend: random paged layouts
+// (shuffled physical blocks), mixed batches of prefill chunks with context and decode rows, GQA,
+// sliding windows, sinks, several head dims and block sizes, q as a strided column slice.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "tests/gpu/cuda_test_util.h"
+
+namespace xserv::kernels::cuda::testing {
+namespace {
+
+struct SeqSpec {
+  int context;  // tokens already cached before this step
+  int queries;  // new tokens this step
+};
+
+struct AttnCase {
+  std::string name;
+  int heads, kv_heads, head_dim, block_size, window;
+  bool sinks;
+  std::vector<SeqSpec> seqs;
+};
+
+class CudaAttention : public CudaVsCpuTest, public ::testing::WithParamInterface<AttnCase> {
+ protected:
+  void SetUp() override { CudaVsCpuTest::SetUp(); }
+  void TearDown() override { CudaVsCpuTest::TearDown(); }
+};
+
+TEST_P(CudaAttention, MatchesCpu) {
+  const AttnCase& c = GetParam();
+  std::mt19937 rng(1234);
+  const int num_seqs = static_cast<int>(c.seqs.size());
+  int blocks_needed = 0, max_blocks = 0, total_tokens = 0, q_tokens = 0;
+  for (const SeqSpec& s : c.seqs) {
+    const int b = (s.context + s.queries + c.block_size - 1) / c.block_size;
+    blocks_needed += b;
+    max_blocks = std::max(max_blocks, b);
+    total_tokens += s.context + s.queries;
+    q_tokens += s.queries;
+  }
+  const int num_blocks = blocks_needed + 5;
+  const int width = max_blocks + 1;
+  std::vector<int32_t> pool(num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+
+  // Block tables, slots of every cached token, query rows.
+  std::vector<int32_t> tables(num_seqs * width, 0), slots, query_start{0}, seq_lens;
+  int next = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int len = c.seqs[s].context + c.seqs[s].queries;
+    for (int b = 0; b * c.block_size < len; ++b) tables[s * width + b] = pool[next++];
+    for (int p = 0; p < len; ++p) {
+      slots.push_back(tables[s * width + p / c.block_size] * c.block_size + p % c.block_size);
+    }
+    query_start.push_back(query_start.back() + c.seqs[s].queries);
+    seq_lens.push_back(len);
+  }
+
+  const int64_t hd = c.head_dim, kvh = c.kv_heads, h = c.heads;
+  // Zeroed pools, so unwritten slots are finite on both sides (the poison is for outputs).
+  const int64_t pool_elems = num_blocks * c.block_size * kvh * hd;
+  const Twin k_pool = Upload(std::vector<float>(pool_elems, 0.0f),
+                             {num_blocks, c.block_size, kvh, hd});
+  const Twin v_pool = Upload(std::vector<float>(pool_elems, 0.0f),
+                             {num_blocks, c.block_size, kvh, hd});
+  const KvLayer kv_cpu{k_pool.cpu, v_pool.cpu}, kv_cuda{k_pool.cuda, v_pool.cuda};
+
+  // Keys and values of every token, written through WriteKv (one call, strided like q/k/v slices
+  // of a fused projection: [T, 2 * kv * hd]).
+  const Twin kv_new = Upload(RandomBf16(total_tokens * 2 * kvh * hd, rng), {total_tokens,
+                                                                             2 * kvh * hd});
+  const Twin k_new{kv_new.cpu.SliceLast(0, kvh * hd).UnflattenLast(kvh, hd),
+                   kv_new.cuda.SliceLast(0, kvh * hd).UnflattenLast(kvh, hd)};
+  const Twin v_new{kv_new.cpu.SliceLast(kvh * hd, 2 * kvh * hd).UnflattenLast(kvh, hd),
+                   kv_new.cuda.SliceLast(kvh * hd, 2 * kvh * hd).UnflattenLast(kvh, hd)};
+  const Twin slot_t = UploadI32(slots, {total_tokens});
+  ASSERT_TRUE(cpu().WriteKv(k_new.cpu, v_new.cpu, kv_cpu, slot_t.cpu).ok());
+  const absl::Status write = cuda().WriteKv(k_new.cuda, v_new.cuda, kv_cuda, slot_t.cuda);
+  ASSERT_TRUE(write.ok()) << write;
+  EXPECT_EQ(Error(k_pool), 0.0);
+  EXPECT_EQ(Error(v_pool), 0.0);
+
+  // Queries: a column slice of [q_tokens, (h + 1) * hd], scaled up so softmax is not flat.
+  const Twin q_buf = Upload(RandomBf16(q_tokens * (h + 1) * hd, rng, -3, 3),
+                            {q_tokens, (h + 1) * hd});
+  const Twin q{q_buf.cpu.SliceLast(hd, (h + 1) * hd).UnflattenLast(h, hd),
+               q_buf.cuda.SliceLast(hd, (h + 1) * hd).UnflattenLast(h, hd)};
+  const Twin out = Poisoned({q_tokens, h, hd});
+  const Twin qs_t = UploadI32(query_start, {num_seqs + 1});
+  const Twin lens_t = UploadI32(seq_lens, {num_seqs});
+  const Twin tables_t = UploadI32(tables, {num_seqs, width});
+  const Twin sinks = Upload(RandomBf16(h, rng, -1, 3), {h}, DType::kF32);
+  auto batch_of = [&](bool dev) {
+    AttentionBatch b;
+    b.query_start = dev ? qs_t.cuda : qs_t.cpu;
+    b.seq_lens = dev ? lens_t.cuda : lens_t.cpu;
+    b.block_tables = dev ? tables_t.cuda : tables_t.cpu;
+    b.num_seqs = num_seqs;
+    b.block_size = c.block_size;
+    return b;
+  };
+  AttentionParams p_cpu{.scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                        .sliding_window = c.window,
+                        .sinks = c.sinks ? &sinks.cpu : nullptr};
+  AttentionParams p_cuda = p_cpu;
+  p_cuda.sinks = c.sinks ? &sinks.cuda : nullptr;
+  ASSERT_TRUE(cpu().Attention(q.cpu, kv_cpu, batch_of(false), p_cpu, out.cpu).ok());
+  const absl::Status attn = cuda().Attention(q.cuda, kv_cuda, batch_of(true), p_cuda, out.cuda);
+  ASSERT_TRUE(attn.ok()) << attn;
+  EXPECT_LE(Error(out), kBf16OutTol);
+
+  // Deterministic: a second run is bitwise identical.
+  const std::vector<float> first = DownloadCuda(out.cuda);
+  ASSERT_TRUE(cuda().Attention(q.cuda, kv_cuda, batch_of(true), p_cuda, out.cuda).ok());
+  const std::vector<float> second = DownloadCuda(out.cuda);
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CudaAttention,
+    ::testing::Values(
+        AttnCase{"Gqa4MixedHd64", 8, 2, 64, 16, 0, false,
+                 {{0, 17}, {5, 1}, {40, 1}, {0, 1}, {31, 9}}},
+        AttnCase{"WindowSinksHd128", 4, 4, 128, 16, 7, true, {{0, 23}, {50, 1}, {12, 5}}},
+        AttnCase{"Mqa4Hd16SmallBlocks", 4, 1, 16, 4, 0, true, {{300, 1}, {0, 40}, {7, 3}}},
+        AttnCase{"Hd80Window33", 6, 3, 80, 8, 33, false, {{100, 2}, {0, 70}, {64, 1}}},
+        AttnCase{"Hd256Block32", 2, 1, 256, 32, 0, false, {{0, 33}, {95, 1}}},
+        AttnCase{"ManyDecodes", 8, 8, 32, 16, 0, false,
+                 {{3, 1}, {17, 1}, {0, 1}, {64, 1}, {15, 1}, {16, 1}, {200, 1}, {1, 1}}},
+        AttnCase{"LongPrefillWindowSinks", 8, 2, 64, 16, 128, true, {{0, 300}}}),
+    [](const ::testing::TestParamInfo<AttnCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace xserv::kernels::cuda::testing

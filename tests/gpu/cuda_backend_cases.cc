@@ -1,0 +1,37 @@
+// Instantiates the factory-parameterised op suites of tests/unit/kernels (double-precision
+// references, rule 12) for the CUDA backend, in check mode so that device-side indices are refused
+// like on the CPU. With no visible device there are no cases, so every suite is empty.
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+#include "tests/unit/kernels/backend_test_util.h"
+
+namespace xserv::kernels::testing {
+namespace {
+
+std::vector<BackendCase> CudaCases() {
+  auto info = xserv::cuda::QueryRuntime();
+  if (!info.ok() || info->devices.empty()) return {};
+  return {BackendCase{.name = "Cuda",
+                      .make = []() -> std::unique_ptr<Backend> {
+                        auto backend = cuda::CudaBackend::Create(
+                            cuda::CudaBackendOptions{.device = 0, .check_each_op = true});
+                        if (!backend.ok()) return nullptr;
+                        return std::move(*backend);
+                      }}};
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ElementwiseOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(NormOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RopeOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MoeOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MemoryOpTest);
+
+XSERV_INSTANTIATE_BACKEND_OP_TESTS(Cuda, ::testing::ValuesIn(CudaCases()));
+
+}  // namespace
+}  // namespace xserv::kernels::testing

@@ -1,0 +1,307 @@
+// Every op of the CUDA backend against the CPU backend (the HF-matched oracle) on the same random
+// bf16-representable inputs, over several shapes including odd ones. Tolerances: see
+// cuda_test_util.h. Skipped without a device.
+#include <algorithm>
+#include <numeric>
+
+#include "tests/gpu/cuda_test_util.h"
+
+namespace xserv::kernels::cuda::testing {
+namespace {
+
+using ::testing::Values;
+
+struct Shape2 {
+  int64_t rows, cols;
+};
+const Shape2 kRowShapes[] = {{1, 64}, {7, 33}, {3, 1000}, {5, 4096}, {130, 128}, {2, 513}};
+
+class CudaOps : public CudaVsCpuTest {};
+
+TEST_F(CudaOps, AllocateIsZeroedAndCopiesRoundTrip) {
+  const Tensor t = Keep(cuda().Allocate(DType::kF32, {37, 5}));
+  std::vector<float> host(37 * 5, 1.0f);
+  ASSERT_TRUE(cuda().CopyToHost(t, host.data()).ok());
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](float v) { return v == 0.0f; }));
+  std::mt19937 rng(1);
+  std::vector<float> values = RandomBf16(37 * 5, rng);
+  ASSERT_TRUE(cuda().CopyFromHost(values.data(), t).ok());
+  EXPECT_EQ(DownloadCuda(t), values);
+}
+
+TEST_F(CudaOps, ConvertBetweenFloatTypes) {
+  std::mt19937 rng(2);
+  const std::vector<float> values = RandomBf16(1001, rng, -300.0f, 300.0f);
+  const Twin src = Upload(values, {1001}, DType::kF32);
+  const Tensor bf = Keep(cuda().Allocate(DType::kBF16, {1001}));
+  const Tensor f16 = Keep(cuda().Allocate(DType::kF16, {1001}));
+  const Tensor back = Keep(cuda().Allocate(DType::kF32, {1001}));
+  const Tensor copy = Keep(cuda().Allocate(DType::kF32, {1001}));
+  ASSERT_TRUE(cuda().Convert(src.cuda, bf).ok());
+  EXPECT_EQ(DownloadCuda(bf), values);  // bf16-representable values convert exactly
+  ASSERT_TRUE(cuda().Convert(bf, f16).ok());
+  ASSERT_TRUE(cuda().Convert(f16, back).ok());
+  const std::vector<float> via_f16 = DownloadCuda(back);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(via_f16[i], safetensors::F16ToFloat(safetensors::FloatToF16(values[i]))) << i;
+  }
+  ASSERT_TRUE(cuda().Convert(src.cuda, copy).ok());  // same dtype: device copy
+  EXPECT_EQ(DownloadCuda(copy), values);
+}
+
+TEST_F(CudaOps, EmbeddingAndAccumulate) {
+  std::mt19937 rng(3);
+  for (const Shape2 s : {Shape2{5, 64}, Shape2{300, 33}, Shape2{17, 2048}}) {
+    const int64_t vocab = 97, tokens = s.rows, hidden = s.cols;
+    const Twin table = Upload(RandomBf16(vocab * hidden, rng), {vocab, hidden});
+    const Twin table2 = Upload(RandomBf16(vocab * hidden, rng), {vocab, hidden});
+    std::vector<int32_t> ids(tokens);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+    const Twin id_t = UploadI32(ids, {tokens});
+    const Twin out = Poisoned({tokens, hidden});
+    ASSERT_TRUE(cpu().Embedding(table.cpu, id_t.cpu, out.cpu, false).ok());
+    ASSERT_TRUE(cuda().Embedding(table.cuda, id_t.cuda, out.cuda, false).ok());
+    EXPECT_EQ(Error(out), 0.0) << tokens << "x" << hidden;
+    ASSERT_TRUE(cpu().Embedding(table2.cpu, id_t.cpu, out.cpu, true).ok());
+    ASSERT_TRUE(cuda().Embedding(table2.cuda, id_t.cuda, out.cuda, true).ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << tokens << "x" << hidden;
+  }
+}
+
+TEST_F(CudaOps, RmsNormRowsAndHeads) {
+  std::mt19937 rng(4);
+  for (const Shape2 s : kRowShapes) {
+    const Twin x = Upload(RandomBf16(s.rows * s.cols, rng, -3, 3), {s.rows, s.cols});
+    const Twin w = Upload(RandomBf16(s.cols, rng, 0.5f, 1.5f), {s.cols});
+    const Twin out = Poisoned({s.rows, s.cols});
+    ASSERT_TRUE(cpu().RmsNorm(x.cpu, w.cpu, 1e-6f, out.cpu).ok());
+    ASSERT_TRUE(cuda().RmsNorm(x.cuda, w.cuda, 1e-6f, out.cuda).ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << s.rows << "x" << s.cols;
+  }
+  // QK-norm shape, in place ([T, heads, head_dim] rows of head_dim).
+  const Twin q = Upload(RandomBf16(9 * 4 * 128, rng, -2, 2), {9, 4, 128});
+  const Twin w = Upload(RandomBf16(128, rng, 0.5f, 1.5f), {128});
+  ASSERT_TRUE(cpu().RmsNorm(q.cpu, w.cpu, 1e-6f, q.cpu).ok());
+  ASSERT_TRUE(cuda().RmsNorm(q.cuda, w.cuda, 1e-6f, q.cuda).ok());
+  EXPECT_LE(Error(q), kBf16OutTol);
+}
+
+TEST_F(CudaOps, AddRmsNormUpdatesResidual) {
+  std::mt19937 rng(5);
+  for (const Shape2 s : kRowShapes) {
+    const Twin x = Upload(RandomBf16(s.rows * s.cols, rng, -2, 2), {s.rows, s.cols});
+    const Twin res = Upload(RandomBf16(s.rows * s.cols, rng, -2, 2), {s.rows, s.cols});
+    const Twin w = Upload(RandomBf16(s.cols, rng, 0.5f, 1.5f), {s.cols});
+    const Twin out = Poisoned({s.rows, s.cols});
+    ASSERT_TRUE(cpu().AddRmsNorm(x.cpu, res.cpu, w.cpu, 1e-5f, out.cpu).ok());
+    ASSERT_TRUE(cuda().AddRmsNorm(x.cuda, res.cuda, w.cuda, 1e-5f, out.cuda).ok());
+    EXPECT_LE(Error(res), kBf16OutTol) << s.rows << "x" << s.cols;
+    EXPECT_LE(Error(out), kBf16OutTol) << s.rows << "x" << s.cols;
+  }
+}
+
+TEST_F(CudaOps, LayerNorm) {
+  std::mt19937 rng(6);
+  for (const Shape2 s : kRowShapes) {
+    // A large mean checks the two-pass variance.
+    const Twin x = Upload(RandomBf16(s.rows * s.cols, rng, 3, 5), {s.rows, s.cols});
+    const Twin w = Upload(RandomBf16(s.cols, rng, 0.5f, 1.5f), {s.cols});
+    const Twin b = Upload(RandomBf16(s.cols, rng), {s.cols});
+    const Twin out = Poisoned({s.rows, s.cols});
+    ASSERT_TRUE(cpu().LayerNorm(x.cpu, w.cpu, b.cpu, 1e-5f, out.cpu).ok());
+    ASSERT_TRUE(cuda().LayerNorm(x.cuda, w.cuda, b.cuda, 1e-5f, out.cuda).ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << s.rows << "x" << s.cols;
+  }
+}
+
+TEST_F(CudaOps, AddSiluMulGeluOnStridedSlices) {
+  std::mt19937 rng(7);
+  for (const Shape2 s : kRowShapes) {
+    // gate and up as column slices of one [rows, 2 * cols] matrix, like a fused projection.
+    const Twin fused = Upload(RandomBf16(s.rows * 2 * s.cols, rng, -4, 4), {s.rows, 2 * s.cols});
+    const Twin gate{fused.cpu.SliceLast(0, s.cols), fused.cuda.SliceLast(0, s.cols)};
+    const Twin up{fused.cpu.SliceLast(s.cols, 2 * s.cols),
+                  fused.cuda.SliceLast(s.cols, 2 * s.cols)};
+    const Twin out = Poisoned({s.rows, s.cols});
+    ASSERT_TRUE(cpu().SiluMul(gate.cpu, up.cpu, out.cpu).ok());
+    ASSERT_TRUE(cuda().SiluMul(gate.cuda, up.cuda, out.cuda).ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << "SiluMul " << s.rows << "x" << s.cols;
+    const Twin sum = Poisoned({s.rows, s.cols});
+    ASSERT_TRUE(cpu().Add(gate.cpu, up.cpu, sum.cpu).ok());
+    ASSERT_TRUE(cuda().Add(gate.cuda, up.cuda, sum.cuda).ok());
+    EXPECT_LE(Error(sum), kBf16OutTol) << "Add " << s.rows << "x" << s.cols;
+    ASSERT_TRUE(cpu().GeluTanh(sum.cpu, sum.cpu).ok());  // in place
+    ASSERT_TRUE(cuda().GeluTanh(sum.cuda, sum.cuda).ok());
+    EXPECT_LE(Error(sum), kBf16OutTol) << "GeluTanh " << s.rows << "x" << s.cols;
+  }
+}
+
+TEST_F(CudaOps, GatherRowsAndLogSoftmax) {
+  std::mt19937 rng(8);
+  for (const Shape2 s : kRowShapes) {
+    const Twin x = Upload(RandomBf16(s.rows * s.cols, rng), {s.rows, s.cols});
+    std::vector<int32_t> idx(s.rows + 2);
+    for (auto& i : idx) i = static_cast<int32_t>(rng() % s.rows);
+    const int64_t l = static_cast<int64_t>(idx.size());
+    const Twin idx_t = UploadI32(idx, {l});
+    const Twin out = Poisoned({l, s.cols});
+    ASSERT_TRUE(cpu().GatherRows(x.cpu, idx_t.cpu, out.cpu).ok());
+    ASSERT_TRUE(cuda().GatherRows(x.cuda, idx_t.cuda, out.cuda).ok());
+    EXPECT_EQ(Error(out), 0.0) << s.rows << "x" << s.cols;
+
+    const Twin logits = Upload(RandomBf16(s.rows * s.cols, rng, -20, 20), {s.rows, s.cols},
+                               DType::kF32);
+    ASSERT_TRUE(cpu().LogSoftmax(logits.cpu, logits.cpu).ok());  // in place
+    ASSERT_TRUE(cuda().LogSoftmax(logits.cuda, logits.cuda).ok());
+    EXPECT_LE(Error(logits), kF32OpTol) << s.rows << "x" << s.cols;
+  }
+}
+
+struct GemmShape {
+  int64_t m, n, k;
+};
+
+TEST_F(CudaOps, MatmulShapesBiasAndF32Out) {
+  std::mt19937 rng(9);
+  const GemmShape shapes[] = {{1, 64, 64},    {7, 33, 65},    {128, 256, 512}, {3, 1000, 256},
+                              {1, 4096, 512}, {257, 96, 160}, {16, 512, 64}};
+  for (const GemmShape s : shapes) {
+    const Twin x = Upload(RandomBf16(s.m * s.k, rng), {s.m, s.k});
+    const Twin w = Upload(RandomBf16(s.n * s.k, rng, -0.2f, 0.2f), {s.n, s.k});
+    const Twin bias = Upload(RandomBf16(s.n, rng), {s.n});
+    const Twin out = Poisoned({s.m, s.n});
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, nullptr, out.cpu).ok());
+    ASSERT_TRUE(cuda().Matmul(x.cuda, w.cuda, nullptr, out.cuda).ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << s.m << "x" << s.n << "x" << s.k;
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, &bias.cpu, out.cpu).ok());
+    ASSERT_TRUE(cuda().Matmul(x.cuda, w.cuda, &bias.cuda, out.cuda).ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << "bias " << s.m << "x" << s.n << "x" << s.k;
+    const Twin logits = Poisoned({s.m, s.n}, DType::kF32);
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, nullptr, logits.cpu).ok());
+    ASSERT_TRUE(cuda().Matmul(x.cuda, w.cuda, nullptr, logits.cuda).ok());
+    EXPECT_LE(Error(logits), kF32GemmTol) << "f32 " << s.m << "x" << s.n << "x" << s.k;
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, &bias.cpu, logits.cpu).ok());
+    ASSERT_TRUE(cuda().Matmul(x.cuda, w.cuda, &bias.cuda, logits.cuda).ok());
+    EXPECT_LE(Error(logits), kF32GemmTol) << "f32 bias " << s.m << "x" << s.n << "x" << s.k;
+  }
+  EXPECT_GT(cuda().gemm().num_plans(), 0u);
+}
+
+TEST_F(CudaOps, MatmulOnColumnSliceInput) {
+  std::mt19937 rng(10);
+  // x = columns [64, 128) of a [9, 192] matrix (GPT-2's fused qkv layout): lda = 192, and the
+  // slice starts 128 bytes in (a smaller alignment than a fresh allocation).
+  for (int64_t begin : {64, 8, 1}) {
+    const Twin wide = Upload(RandomBf16(9 * 192, rng), {9, 192});
+    const Twin x{wide.cpu.SliceLast(begin, begin + 64), wide.cuda.SliceLast(begin, begin + 64)};
+    const Twin w = Upload(RandomBf16(48 * 64, rng), {48, 64});
+    const Twin out = Poisoned({9, 48});
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, nullptr, out.cpu).ok());
+    const absl::Status status = cuda().Matmul(x.cuda, w.cuda, nullptr, out.cuda);
+    ASSERT_TRUE(status.ok()) << "begin " << begin << ": " << status;
+    EXPECT_LE(Error(out), kBf16OutTol) << "begin " << begin;
+  }
+}
+
+TEST_F(CudaOps, MatmulPlansAreReused) {
+  std::mt19937 rng(11);
+  const Twin x = Upload(RandomBf16(4 * 64, rng), {4, 64});
+  const Twin w = Upload(RandomBf16(32 * 64, rng), {32, 64});
+  const Twin out = Poisoned({4, 32});
+  ASSERT_TRUE(cuda().Matmul(x.cuda, w.cuda, nullptr, out.cuda).ok());
+  const size_t plans = cuda().gemm().num_plans();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cuda().Matmul(x.cuda, w.cuda, nullptr, out.cuda).ok());
+  EXPECT_EQ(cuda().gemm().num_plans(), plans);
+}
+
+TEST_F(CudaOps, RopeOnStridedHeads) {
+  std::mt19937 rng(12);
+  for (int64_t head_dim : {16, 64, 128}) {
+    const int64_t tokens = 11, heads = 3, max_pos = 64;
+    const Twin table =
+        Upload(RandomBf16(max_pos * head_dim, rng), {max_pos, head_dim}, DType::kF32);
+    // q as a column slice of a [tokens, 2 * heads * head_dim] buffer.
+    const Twin buf = Upload(RandomBf16(tokens * 2 * heads * head_dim, rng),
+                            {tokens, 2 * heads * head_dim});
+    const Twin x{buf.cpu.SliceLast(0, heads * head_dim).UnflattenLast(heads, head_dim),
+                 buf.cuda.SliceLast(0, heads * head_dim).UnflattenLast(heads, head_dim)};
+    std::vector<int32_t> pos(tokens);
+    for (auto& p : pos) p = static_cast<int32_t>(rng() % max_pos);
+    const Twin pos_t = UploadI32(pos, {tokens});
+    ASSERT_TRUE(cpu().Rope(x.cpu, pos_t.cpu, table.cpu).ok());
+    ASSERT_TRUE(cuda().Rope(x.cuda, pos_t.cuda, table.cuda).ok());
+    EXPECT_LE(Error(buf), kBf16OutTol) << head_dim;
+  }
+}
+
+TEST_F(CudaOps, RouterTopKAndExperts) {
+  std::mt19937 rng(13);
+  struct Case {
+    int64_t tokens, experts, k, hidden, inter;
+  };
+  for (const Case c : {Case{5, 4, 2, 64, 96}, Case{33, 32, 4, 128, 64}, Case{3, 8, 8, 96, 160}}) {
+    std::vector<float> logit_values(c.tokens * c.experts);
+    // Distinct values (a permutation) so the selected ids are unambiguous.
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      std::vector<int> perm(c.experts);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t e = 0; e < c.experts; ++e) logit_values[t * c.experts + e] = perm[e] * 0.37f;
+    }
+    const Twin logits = Upload(logit_values, {c.tokens, c.experts}, DType::kF32);
+    const Twin ids{Keep(cpu().Allocate(DType::kI32, {c.tokens, c.k})),
+                   Keep(cuda().Allocate(DType::kI32, {c.tokens, c.k}))};
+    const Twin weights = Poisoned({c.tokens, c.k}, DType::kF32);
+    ASSERT_TRUE(cpu().RouterTopK(logits.cpu, ids.cpu, weights.cpu).ok());
+    ASSERT_TRUE(cuda().RouterTopK(logits.cuda, ids.cuda, weights.cuda).ok());
+    std::vector<int32_t> ids_cpu(c.tokens * c.k), ids_cuda(c.tokens * c.k);
+    ASSERT_TRUE(cpu().CopyToHost(ids.cpu, ids_cpu.data()).ok());
+    ASSERT_TRUE(cuda().CopyToHost(ids.cuda, ids_cuda.data()).ok());
+    EXPECT_EQ(ids_cuda, ids_cpu);
+    EXPECT_LE(Error(weights), kF32OpTol);
+
+    const int64_t e = c.experts, h = c.hidden, i = c.inter;
+    const Twin x = Upload(RandomBf16(c.tokens * h, rng), {c.tokens, h});
+    const Twin gu = Upload(RandomBf16(e * 2 * i * h, rng, -0.3f, 0.3f), {e, 2 * i, h});
+    const Twin gub = Upload(RandomBf16(e * 2 * i, rng), {e, 2 * i});
+    const Twin dn = Upload(RandomBf16(e * h * i, rng, -0.3f, 0.3f), {e, h, i});
+    const Twin dnb = Upload(RandomBf16(e * h, rng), {e, h});
+    const Twin out = Poisoned({c.tokens, h});
+    auto weights_of = [](const Twin& g, const Twin& gb, const Twin& d, const Twin& db, bool dev) {
+      ExpertWeights w;
+      w.gate_up = dev ? g.cuda : g.cpu;
+      w.gate_up_bias = dev ? gb.cuda : gb.cpu;
+      w.down = dev ? d.cuda : d.cpu;
+      w.down_bias = dev ? db.cuda : db.cpu;
+      return w;
+    };
+    // A small limit makes the clamps bite.
+    const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
+    ASSERT_TRUE(cpu().Experts(x.cpu, ids.cpu, weights.cpu, weights_of(gu, gub, dn, dnb, false),
+                              glu, out.cpu)
+                    .ok());
+    ASSERT_TRUE(cuda().Experts(x.cuda, ids.cuda, weights.cuda, weights_of(gu, gub, dn, dnb, true),
+                               glu, out.cuda)
+                    .ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << c.tokens << " tokens, " << c.experts << " experts";
+  }
+}
+
+TEST_F(CudaOps, RejectsWrongDtypesAndShapes) {
+  const Tensor f32 = Keep(cuda().Allocate(DType::kF32, {4, 8}));
+  const Tensor bf = Keep(cuda().Allocate(DType::kBF16, {4, 8}));
+  const Tensor w = Keep(cuda().Allocate(DType::kBF16, {8}));
+  EXPECT_EQ(cuda().RmsNorm(f32, w, 1e-6f, f32).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda().Add(bf, bf, f32).code(), absl::StatusCode::kInvalidArgument);
+  const Tensor w_bad = Keep(cuda().Allocate(DType::kBF16, {3, 5}));
+  EXPECT_EQ(cuda().Matmul(bf, w_bad, nullptr, bf).code(), absl::StatusCode::kInvalidArgument);
+  const Tensor host = Keep(cpu().Allocate(DType::kBF16, {4, 8}));
+  EXPECT_EQ(cuda().Add(bf, host, bf).code(), absl::StatusCode::kInvalidArgument);
+  ExpertWeights mx;
+  mx.format = ExpertWeights::Format::kMxfp4;
+  EXPECT_EQ(cuda().Experts(bf, bf, f32, mx, GluParams{}, bf).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace xserv::kernels::cuda::testing

@@ -1,0 +1,218 @@
+// Whole models on the CUDA backend against the same models on the CPU backend (which matches HF
+// to 1e-6): prefill logits of the golden inputs, top-1 agreement where the CPU's top-2 margin is
+// clear of the tolerance, and the paging invariant (chunked prefill + decode in mixed batches
+// gives the logits of one prefill) on the device.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+
+// The GPU host runs this binary from a copy of the tree at another path: XSERV_SOURCE_DIR in the
+// environment overrides the build-time source directory that model_test_util.h reads models from.
+namespace {
+const char* TestSourceDir() {
+  const char* env = std::getenv("XSERV_SOURCE_DIR");
+  return env != nullptr ? env : XSERV_BUILD_SOURCE_DIR;
+}
+}  // namespace
+#define XSERV_SOURCE_DIR TestSourceDir()
+#include "tests/unit/model/model_test_util.h"
+
+namespace xserv::model::testing {
+namespace {
+
+// Logits relative error (max |cuda - cpu| / max |cpu| per row) of a whole bf16 forward: weights
+// rounded to bf16 (the f32 checkpoints lose ~2^-9 per weight) and bf16 activations between ops,
+// compounded over the tiny models' layers.
+constexpr double kModelTol = 5e-2;
+// CUDA against itself through different batchings: same weights, only reduction shapes differ.
+constexpr double kSelfTol = 2e-2;
+
+// A model with its KV pool and batch builder on any backend (Harness in model_test_util.h is
+// CPU-only).
+class Runner {
+ public:
+  Runner(kernels::Backend& backend, const std::string& dir) : backend_(&backend) {
+    auto model = LoadModel(dir, backend, ModelLoadOptions{.max_num_tokens = 256});
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return;
+    model_ = std::move(*model);
+    auto kv = KvCache::Allocate(backend, model_->config(), 64, 16);
+    EXPECT_TRUE(kv.ok()) << kv.status();
+    if (!kv.ok()) return;
+    kv_ = std::make_unique<KvCache>(std::move(*kv));
+    auto builder = BatchBuilder::Create(
+        backend, BatchLimits{.max_tokens = 256, .max_seqs = 16, .max_blocks_per_seq = 32,
+                             .block_size = 16});
+    EXPECT_TRUE(builder.ok()) << builder.status();
+    if (!builder.ok()) return;
+    builder_ = std::make_unique<BatchBuilder>(std::move(*builder));
+    free_blocks_.resize(64);
+    std::iota(free_blocks_.begin(), free_blocks_.end(), 0);
+    std::shuffle(free_blocks_.begin(), free_blocks_.end(), std::mt19937(7));
+  }
+
+  bool ok() const { return model_ && kv_ && builder_; }
+  int64_t vocab() const { return model_->config().vocab_size; }
+
+  std::vector<int32_t> NewTable(int64_t tokens) {
+    std::vector<int32_t> table;
+    for (int64_t n = 0; n < tokens; n += 16) {
+      table.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+    }
+    return table;
+  }
+
+  std::vector<float> Step(const std::vector<SequenceChunk>& chunks) {
+    auto in = builder_->Build(chunks);
+    EXPECT_TRUE(in.ok()) << in.status();
+    if (!in.ok()) return {};
+    const int64_t rows = in->logits_indices.dim(0);
+    auto logits = backend_->Allocate(kernels::DType::kF32, {rows, vocab()});
+    EXPECT_TRUE(logits.ok());
+    std::vector<float> poison(rows * vocab(), NAN);
+    EXPECT_TRUE(backend_->CopyFromHost(poison.data(), logits->view()).ok());
+    const absl::Status status = model_->Forward(*in, kv_->layers(), logits->view());
+    EXPECT_TRUE(status.ok()) << status;
+    std::vector<float> host(rows * vocab());
+    EXPECT_TRUE(backend_->CopyToHost(logits->view(), host.data()).ok());
+    return host;
+  }
+
+  std::vector<float> Prefill(const std::vector<int32_t>& ids) {
+    return Step({SequenceChunk{.tokens = ids, .start_position = 0,
+                               .block_table = NewTable(static_cast<int64_t>(ids.size())),
+                               .logits = LogitsRows::kAll}});
+  }
+
+ private:
+  kernels::Backend* backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<BatchBuilder> builder_;
+  std::vector<int32_t> free_blocks_;
+};
+
+class CudaModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto info = xserv::cuda::QueryRuntime();
+    ASSERT_TRUE(info.ok()) << info.status();
+    if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
+    auto backend = kernels::cuda::CudaBackend::Create({.device = 0, .check_each_op = true});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    cuda_ = std::move(*backend);
+  }
+  std::unique_ptr<kernels::cuda::CudaBackend> cuda_;
+  kernels::cpu::CpuBackend cpu_{kernels::cpu::CpuBackendOptions{.num_threads = 2}};
+};
+
+TEST_P(CudaModel, PrefillLogitsMatchCpu) {
+  Runner gpu(*cuda_, ModelDir(GetParam()));
+  Runner ref(cpu_, ModelDir(GetParam()));
+  ASSERT_TRUE(gpu.ok() && ref.ok());
+  const Golden g = LoadGolden(ModelDir(GetParam()));
+  ASSERT_FALSE(g.inputs.empty());
+  const int64_t vocab = gpu.vocab();
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const std::vector<float> got = gpu.Prefill(g.inputs[i]);
+    const std::vector<float> want = ref.Prefill(g.inputs[i]);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0, worst_hf = 0;
+    int checked = 0, agreed = 0;
+    for (size_t p = 0; p < g.inputs[i].size(); ++p) {
+      const float* a = &got[p * vocab];
+      const float* b = &want[p * vocab];
+      const double err = RowRelativeError(a, b, vocab);
+      worst = std::max(worst, err);
+      worst_hf = std::max(worst_hf, RowRelativeError(a, &g.logits[i][p * vocab], vocab));
+      // Top-1 must agree where the CPU's top-2 margin exceeds what the tolerance could flip.
+      std::vector<float> row(b, b + vocab);
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+      double scale = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        scale = std::max(scale, std::abs(static_cast<double>(b[v])));
+      }
+      if (row[0] - row[1] > 2 * kModelTol * scale) {
+        ++checked;
+        agreed += Argmax(a, vocab) == Argmax(b, vocab);
+      }
+    }
+    std::printf("%s input %zu: cuda-vs-cpu %.3e, cuda-vs-hf %.3e, top-1 %d/%d\n",
+                GetParam().c_str(), i, worst, worst_hf, agreed, checked);
+    RecordProperty("max_relative_error_input_" + std::to_string(i), std::to_string(worst));
+    EXPECT_LE(worst, kModelTol) << "input " << i;
+    EXPECT_EQ(agreed, checked) << "input " << i;
+  }
+}
+
+TEST_P(CudaModel, MixedBatchesEqualPrefillOnDevice) {
+  // The production configuration: no per-op sync or host-side index checks.
+  auto fast = kernels::cuda::CudaBackend::Create({.device = 0, .check_each_op = false});
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  Runner separate(**fast, ModelDir(GetParam()));
+  Runner mixed(**fast, ModelDir(GetParam()));
+  ASSERT_TRUE(separate.ok() && mixed.ok());
+  const Golden g = LoadGolden(ModelDir(GetParam()));
+  ASSERT_GE(g.inputs.size(), 2u);
+  const auto& a = g.inputs[0];
+  const auto& b = g.inputs[1];
+  const int64_t vocab = separate.vocab();
+  const std::vector<float> ref_a = separate.Prefill(a);
+  const std::vector<float> ref_b = separate.Prefill(b);
+
+  // `a` in chunks of 7 while `b` prefills 12 tokens, then decodes one token per step.
+  const std::vector<int32_t> table_a = mixed.NewTable(a.size());
+  const std::vector<int32_t> table_b = mixed.NewTable(b.size());
+  size_t done_a = 0, done_b = 0;
+  double worst = 0;
+  while (done_a < a.size() || done_b < b.size()) {
+    std::vector<SequenceChunk> chunks;
+    size_t take_a = 0, take_b = 0;
+    if (done_a < a.size()) {
+      take_a = std::min<size_t>(7, a.size() - done_a);
+      chunks.push_back({.tokens = std::span<const int32_t>(&a[done_a], take_a),
+                        .start_position = static_cast<int32_t>(done_a), .block_table = table_a,
+                        .logits = LogitsRows::kAll});
+    }
+    if (done_b < b.size()) {
+      take_b = done_b == 0 ? std::min<size_t>(12, b.size()) : 1;
+      chunks.push_back({.tokens = std::span<const int32_t>(&b[done_b], take_b),
+                        .start_position = static_cast<int32_t>(done_b), .block_table = table_b,
+                        .logits = LogitsRows::kAll});
+    }
+    const std::vector<float> rows = mixed.Step(chunks);
+    ASSERT_EQ(rows.size(), (take_a + take_b) * vocab);
+    for (size_t r = 0; r < take_a; ++r) {
+      worst = std::max(worst, RowRelativeError(&rows[r * vocab], &ref_a[(done_a + r) * vocab],
+                                               vocab));
+    }
+    for (size_t r = 0; r < take_b; ++r) {
+      worst = std::max(worst, RowRelativeError(&rows[(take_a + r) * vocab],
+                                               &ref_b[(done_b + r) * vocab], vocab));
+    }
+    done_a += take_a;
+    done_b += take_b;
+  }
+  std::printf("%s mixed vs prefill on cuda: %.3e\n", GetParam().c_str(), worst);
+  EXPECT_LE(worst, kSelfTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel,
+                         ::testing::Values("qwen3-tiny", "qwen3-tiny-tied-bf16",
+                                           "llama3-tiny-sharded", "gpt2-tiny",
+                                           "gpt-oss-tiny-mxfp4"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace xserv::model::testing
