@@ -42,8 +42,12 @@ Supervisor::Supervisor(Topology topology, std::string bin_dir)
       }
       replicas_[r].ranks.push_back(std::move(child));
     }
-    replicas_[r].leader = wv1::Worker::NewStub(grpc::CreateChannel(
-        topology_.LeaderAddresses()[r], grpc::InsecureChannelCredentials()));
+    grpc::ChannelArguments args;  // probe a (re)starting worker promptly, not after gRPC backoff
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    replicas_[r].leader = wv1::Worker::NewStub(grpc::CreateCustomChannel(
+        topology_.LeaderAddresses()[r], grpc::InsecureChannelCredentials(), args));
   }
   router_.name = "router";
   router_.argv = RouterArgv();

@@ -15,7 +15,13 @@ ReplicaPool::ReplicaPool(ReplicaPoolOptions options) : options_(std::move(option
   for (const std::string& address : options_.addresses) {
     Replica r;
     r.state.address = address;
-    r.channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    // Reconnect quickly: a restarted replica should be back in rotation within a poll or two,
+    // not after gRPC's default exponential backoff (up to two minutes).
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    r.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
     r.stub = wv1::Worker::NewStub(r.channel);
     replicas_.push_back(std::move(r));
   }

@@ -75,9 +75,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   auto engine = std::unique_ptr<Engine>(new Engine(config, backend, std::move(model), std::move(kv),
                                                    std::move(scheduler), std::move(builder),
                                                    clock));
+  // Logits rows: one per sampled sequence normally; prompt logprobs need a row per prompt
+  // position of their chunk, and grow the buffer then (rare; see RunStep).
   ASSIGN_OR_RETURN(engine->logits_,
                    backend.Allocate(kernels::DType::kF32,
-                                    {config.scheduler.max_num_batched_tokens,
+                                    {std::min(config.scheduler.max_num_batched_tokens,
+                                              config.scheduler.max_num_seqs),
                                      engine->model_->config().vocab_size}));
   return engine;
 }
@@ -303,6 +306,9 @@ absl::StatusOr<bool> Engine::RunStep() {
   }
   ASSIGN_OR_RETURN(model::ForwardInputs inputs, builder_.Build(chunks));
   const int64_t vocab = model_->config().vocab_size;
+  if (rows > logits_.view().dim(0)) {  // prompt logprobs of a long chunk
+    ASSIGN_OR_RETURN(logits_, backend_.Allocate(kernels::DType::kF32, {rows, vocab}));
+  }
   const kernels::Tensor logits = logits_.view().SliceRows(0, rows);
   RETURN_IF_ERROR(model_->Forward(inputs, kv_->layers(), logits));
   std::vector<float> host(static_cast<size_t>(rows * vocab));

@@ -39,7 +39,7 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
     cache.buffers_.push_back(std::move(v));
     if (cache.num_host_blocks_ > 0) {
       for (int i = 0; i < 2; ++i) {
-        cache.host_.emplace_back(cache.block_bytes_ * cache.num_host_blocks_);
+        cache.host_.emplace_back(new std::byte[cache.block_bytes_ * cache.num_host_blocks_]);
       }
     }
   }
@@ -61,9 +61,9 @@ absl::Status KvCache::SwapOut(std::span<const BlockPair> pairs) {
     for (size_t l = 0; l < layers_.size(); ++l) {
       const kernels::KvLayer& layer = layers_[l];
       RETURN_IF_ERROR(backend_->CopyToHost(layer.k.SliceRows(pair.first, pair.first + 1),
-                                           host_[2 * l].data() + pair.second * block_bytes_));
+                                           host_[2 * l].get() + pair.second * block_bytes_));
       RETURN_IF_ERROR(backend_->CopyToHost(layer.v.SliceRows(pair.first, pair.first + 1),
-                                           host_[2 * l + 1].data() + pair.second * block_bytes_));
+                                           host_[2 * l + 1].get() + pair.second * block_bytes_));
     }
   }
   return absl::OkStatus();
@@ -74,9 +74,9 @@ absl::Status KvCache::SwapIn(std::span<const BlockPair> pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_host_blocks_, num_blocks_));
     for (size_t l = 0; l < layers_.size(); ++l) {
       const kernels::KvLayer& layer = layers_[l];
-      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l].data() + pair.first * block_bytes_,
+      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l].get() + pair.first * block_bytes_,
                                              layer.k.SliceRows(pair.second, pair.second + 1)));
-      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l + 1].data() + pair.first * block_bytes_,
+      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l + 1].get() + pair.first * block_bytes_,
                                              layer.v.SliceRows(pair.second, pair.second + 1)));
     }
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -43,7 +44,9 @@ class KvCache {
   kernels::Backend* backend_ = nullptr;
   size_t block_bytes_ = 0;  // one block of one layer's K (or V)
   int64_t num_host_blocks_ = 0;
-  std::vector<std::vector<std::byte>> host_;  // K and V of every layer, [host_blocks * block]
+  // K and V of every layer, [host_blocks * block]; left uninitialised (only swapped-out blocks
+  // are ever read back).
+  std::vector<std::unique_ptr<std::byte[]>> host_;
   std::vector<kernels::Buffer> buffers_;  // K and V of every layer
   std::vector<kernels::KvLayer> layers_;
   int64_t num_blocks_ = 0;

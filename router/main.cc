@@ -1,0 +1,150 @@
+// xserv-router: the OpenAI-compatible HTTP front end (and, later, the public gRPC API) over one
+// or more worker replicas. Stateless: restarting it loses only its in-flight requests.
+//
+// Start-up: load the tokenizer and chat template from --model, probe the replicas until one
+// answers Info (context length, vocabulary), then serve. SIGTERM/SIGINT: refuse new requests
+// (503), let in-flight ones finish within --drain-timeout-s, stop, exit 0.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "router/http/http_server.h"
+#include "router/openai/api_error.h"
+#include "router/server/openai_handlers.h"
+#include "router/server/router_state.h"
+#include "spdlog/spdlog.h"
+
+namespace xserv::router {
+namespace {
+
+struct RouterFlags {
+  std::string model_dir;
+  std::string served_model_name;
+  std::string workers;
+  std::string host = "127.0.0.1";
+  int http_port = 8080;
+  int grpc_port = 50051;
+  std::string port_file;
+  int http_threads = 2;
+  double drain_timeout_s = 30;
+  double request_timeout_s = 1800;
+  RouterLimits limits;
+};
+
+bool WaitForSignal(int timeout_ms) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  const timespec t{.tv_sec = timeout_ms / 1000, .tv_nsec = (timeout_ms % 1000) * 1'000'000L};
+  const int sig = sigtimedwait(&signals, nullptr, &t);
+  return sig == SIGTERM || sig == SIGINT;
+}
+
+int Run(RouterFlags& f) {
+  RouterState state;
+  auto model = ModelContext::Load(f.model_dir, f.served_model_name);
+  if (!model.ok()) {
+    spdlog::error("loading {}: {}", f.model_dir, model.status().ToString());
+    return 1;
+  }
+  state.model = *model;
+  f.limits.request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(f.request_timeout_s * 1000));
+  state.limits = f.limits;
+  ReplicaPoolOptions pool_options;
+  for (absl::string_view w : absl::StrSplit(f.workers, ',', absl::SkipEmpty())) {
+    pool_options.addresses.emplace_back(w);
+  }
+  if (pool_options.addresses.empty()) {
+    spdlog::error("--workers lists no replica");
+    return 2;
+  }
+  state.pool = std::make_unique<ReplicaPool>(pool_options);
+  state.pool->Start();
+  while (!state.LoadModelInfo()) {
+    spdlog::info("waiting for a worker replica to answer Info ({})", f.workers);
+    if (WaitForSignal(500)) return 0;
+    state.pool->ProbeAll();
+  }
+  spdlog::info("model '{}' ({}): context {}, vocab {}, {} replica(s)", state.model->served_name,
+               state.model->model_type, state.model->max_context, state.model->vocab_size,
+               pool_options.addresses.size());
+
+  http::HttpServerOptions options;
+  options.host = f.host;
+  options.port = f.http_port;
+  options.threads = f.http_threads;
+  options.on_response = [&state](int status) { state.metrics.CountHttp(status); };
+  options.error_body = [](int status, std::string_view message) {
+    ApiError e;
+    e.http_status = status;
+    e.message = std::string(message);
+    e.type = status >= 500 ? "server_error" : "invalid_request_error";
+    return http::HttpErrorBody{.content_type = "application/json", .body = e.ToJson()};
+  };
+  auto server = http::HttpServer::Start(options, MakeOpenAiHandler(state));
+  if (!server.ok()) {
+    spdlog::error("HTTP server: {}", server.status().ToString());
+    return 1;
+  }
+  if (!f.port_file.empty()) {
+    std::ofstream(f.port_file + ".tmp") << (*server)->port() << "\n";
+    std::filesystem::rename(f.port_file + ".tmp", f.port_file);
+  }
+  spdlog::info("serving OpenAI HTTP on {}:{}", f.host, (*server)->port());
+  while (!WaitForSignal(1000)) {
+  }
+  spdlog::info("draining: refusing new requests, {} in flight", state.in_flight.load());
+  state.draining = true;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(f.drain_timeout_s * 1000));
+  while ((state.in_flight > 0 || state.queued > 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  (*server)->Stop();
+  state.pool->Stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace xserv::router
+
+int main(int argc, char** argv) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  CLI::App app{"xserv-router: OpenAI-compatible HTTP front end over xserv worker replicas"};
+  xserv::CommonFlags common;
+  xserv::AddCommonFlags(app, common);
+  xserv::router::RouterFlags f;
+  app.add_option("--model", f.model_dir, "model directory (tokenizer, chat template)")->required();
+  app.add_option("--served-model-name", f.served_model_name, "default: the directory name");
+  app.add_option("--workers", f.workers, "comma-separated replica leader addresses host:port")
+      ->required();
+  app.add_option("--host", f.host)->capture_default_str();
+  app.add_option("--http-port", f.http_port, "0: any free port")->capture_default_str();
+  app.add_option("--port", f.http_port, "alias of --http-port");
+  app.add_option("--grpc-port", f.grpc_port, "public gRPC port (not served yet)")
+      ->capture_default_str();
+  app.add_option("--port-file", f.port_file, "write the bound HTTP port here once serving");
+  app.add_option("--http-threads", f.http_threads)->capture_default_str();
+  app.add_option("--api-key", f.limits.api_key, "require 'Authorization: Bearer KEY'")
+      ->envname("XSERV_API_KEY");
+  app.add_option("--max-concurrent-requests", f.limits.max_in_flight)->capture_default_str();
+  app.add_option("--max-queued-requests", f.limits.max_queued)->capture_default_str();
+  app.add_option("--request-timeout-s", f.request_timeout_s)->capture_default_str();
+  app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
+  if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-router")) return *code;
+  return xserv::router::Run(f);
+}

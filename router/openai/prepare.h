@@ -1,0 +1,37 @@
+// Prepare: a parsed OpenAI request + the model context -> what the router sends to workers:
+// prompt token ids (chat conversations rendered with the model's template and tokenised),
+// the worker SamplingParams with defaults applied (request, then generation_config.json, then
+// the worker's own), and the output pipeline parameters. Every problem is an ApiError.
+//
+// Pure function of its inputs; called on the request's handler coroutine.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "router/openai/model_context.h"
+#include "router/openai/request.h"
+#include "router/output/output_pipeline.h"
+#include "xserv/worker/v1/worker.pb.h"
+
+namespace xserv::router {
+
+struct PreparedPrompt {
+  std::vector<uint32_t> ids;
+  std::string text;  // the prompt as text (rendered chat prompt or decoded ids), for echo
+};
+
+struct PreparedGeneration {
+  std::vector<PreparedPrompt> prompts;
+  xserv::worker::v1::SamplingParams sampling;  // per choice, the seed is offset by the index
+  output::OutputPipelineParams output;
+  uint32_t n = 1;
+  bool prompt_logprobs = false;  // completions echo + logprobs
+};
+
+ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const ModelContext& model);
+
+// Renders and tokenises a chat request's messages (also used by /tokenize).
+ApiResult<PreparedPrompt> RenderChat(const GenerationRequest& request, const ModelContext& model);
+
+}  // namespace xserv::router

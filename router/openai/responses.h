@@ -1,0 +1,81 @@
+// JSON bodies of OpenAI responses: chat.completion, text_completion, their streaming chunks, and
+// logprobs in both the chat (`logprobs.content[]`) and legacy completions
+// (`tokens/token_logprobs/top_logprobs/text_offset`) shapes. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/tokenizer/tokenizer.h"
+#include "router/openai/request.h"
+#include "router/output/output_pipeline.h"
+#include "xserv/worker/v1/worker.pb.h"
+
+namespace xserv::router {
+
+struct ResponseMeta {
+  std::string id;        // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;   // unix seconds
+  std::string model;
+};
+
+struct UsageCounts {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+// Everything known about one finished choice.
+struct ChoiceResult {
+  uint32_t index = 0;
+  output::OutputText text;
+  std::string finish_reason;                 // stop | length | tool_calls | abort
+  std::optional<std::string> stop_reason;    // matched stop string (vLLM extension)
+  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;        // one per output token
+  std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;  // echo
+  const std::vector<uint32_t>* prompt_ids = nullptr;                 // echo
+  std::string prompt_text;                                           // echo
+};
+
+Json UsageJson(const UsageCounts& usage);
+
+std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                               const UsageCounts& usage, bool with_logprobs,
+                               const tokenizer::Tokenizer& tokenizer);
+std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                           const UsageCounts& usage, bool with_logprobs,
+                           const tokenizer::Tokenizer& tokenizer);
+
+// Chat chunk for one choice: role (first chunk), reasoning/content/tool-call deltas, logprobs of
+// the tokens in this delta, finish_reason on the last.
+struct ChatChunk {
+  uint32_t index = 0;
+  bool role = false;
+  std::string reasoning;
+  std::string content;
+  std::vector<output::ToolCallDelta> tool_calls;
+  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;
+  std::optional<std::string> finish_reason;
+  std::optional<std::string> stop_reason;
+};
+std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool with_logprobs,
+                          const tokenizer::Tokenizer& tokenizer);
+
+struct CompletionChunk {
+  uint32_t index = 0;
+  std::string text;
+  std::vector<uint32_t> token_ids;
+  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;
+  std::optional<std::string> finish_reason;
+  std::optional<std::string> stop_reason;
+};
+std::string CompletionChunkBody(const ResponseMeta& meta, const CompletionChunk& chunk,
+                                bool with_logprobs, const tokenizer::Tokenizer& tokenizer);
+
+// The final usage chunk of a stream (choices: []).
+std::string UsageChunkBody(const ResponseMeta& meta, const std::string& object,
+                           const UsageCounts& usage);
+
+}  // namespace xserv::router

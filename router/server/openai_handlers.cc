@@ -1,0 +1,336 @@
+#include "router/server/openai_handlers.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "router/openai/prepare.h"
+#include "router/openai/request.h"
+#include "router/openai/responses.h"
+#include "router/server/generation_run.h"
+#include "spdlog/spdlog.h"
+
+namespace xserv::router {
+namespace {
+
+namespace asio = boost::asio;
+using http::HttpRequest;
+using http::HttpResponder;
+
+asio::awaitable<void> SendJson(HttpResponder& res, int status, const std::string& body,
+                               http::HttpHeaders extra = {}) {
+  co_await res.Send(status, "application/json", body, std::move(extra));
+}
+
+asio::awaitable<void> SendError(HttpResponder& res, const ApiError& e) {
+  http::HttpHeaders extra;
+  if (e.http_status == 429) extra.emplace_back("Retry-After", "1");
+  co_await SendJson(res, e.http_status, e.ToJson(), std::move(extra));
+}
+
+// An in-flight slot held for the life of a generation request.
+class Admission {
+ public:
+  explicit Admission(RouterState& state) : state_(state) {}
+  ~Admission() {
+    if (admitted_) --state_.in_flight;
+  }
+  // Waits (bounded) for a slot; false means 429.
+  asio::awaitable<bool> Acquire() {
+    if (TryTake()) co_return true;
+    if (++state_.queued > state_.limits.max_queued) {
+      --state_.queued;
+      co_return false;
+    }
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    const auto deadline = std::chrono::steady_clock::now() + state_.limits.queue_timeout;
+    bool ok = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (TryTake()) {
+        ok = true;
+        break;
+      }
+      timer.expires_after(std::chrono::milliseconds(5));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    --state_.queued;
+    co_return ok;
+  }
+
+ private:
+  bool TryTake() {
+    int current = state_.in_flight.load();
+    while (current < state_.limits.max_in_flight) {
+      if (state_.in_flight.compare_exchange_weak(current, current + 1)) return admitted_ = true;
+    }
+    return false;
+  }
+  RouterState& state_;
+  bool admitted_ = false;
+};
+
+ApiError Overloaded() {
+  ApiError e;
+  e.http_status = 429;
+  e.type = "rate_limit_error";
+  e.message = "the server is at capacity; retry later";
+  return e;
+}
+
+asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
+                                       const GenerationRequest& req, const ResponseMeta& meta,
+                                       const ModelContext& model) {
+  const bool chat = req.kind == GenerationRequest::Kind::kChat;
+  if (!co_await res.StartSse()) co_return;
+  std::vector<bool> role_sent(run.num_choices(), false);
+  // Completions with echo: the prompt text comes first, in each choice's first chunk.
+  std::vector<bool> echo_pending(run.num_choices(), !chat && req.echo);
+  absl::Status error;
+  while (true) {
+    std::vector<ChoiceUpdate> updates = co_await run.Next();
+    if (updates.empty()) break;
+    for (ChoiceUpdate& u : updates) {
+      if (!u.error.ok()) {
+        if (error.ok()) error = u.error;
+        continue;
+      }
+      std::string body;
+      if (chat) {
+        ChatChunk chunk{.index = u.index,
+                        .role = !role_sent[u.index],
+                        .reasoning = std::move(u.delta.reasoning),
+                        .content = std::move(u.delta.content),
+                        .tool_calls = std::move(u.delta.tool_calls),
+                        .logprobs = std::move(u.logprobs)};
+        role_sent[u.index] = true;
+        const bool has_payload = chunk.role || !chunk.reasoning.empty() ||
+                                 !chunk.content.empty() || !chunk.tool_calls.empty() ||
+                                 !chunk.logprobs.empty();
+        if (has_payload) {
+          if (!co_await res.SendSse(ChatChunkBody(meta, chunk, req.logprobs, *model.tokenizer))) {
+            run.CancelAll();
+            co_return;
+          }
+        }
+        if (u.finish_reason) {
+          ChatChunk last{.index = u.index, .finish_reason = u.finish_reason,
+                         .stop_reason = u.stop_reason};
+          body = ChatChunkBody(meta, last, false, *model.tokenizer);
+        }
+      } else {
+        std::string text = std::move(u.delta.content);
+        if (echo_pending[u.index]) {
+          text = run.prepared().prompts[u.index / run.prepared().n].text + text;
+          echo_pending[u.index] = false;
+        }
+        CompletionChunk chunk{.index = u.index,
+                              .text = std::move(text),
+                              .logprobs = std::move(u.logprobs),
+                              .finish_reason = u.finish_reason,
+                              .stop_reason = u.stop_reason};
+        if (chunk.text.empty() && chunk.logprobs.empty() && !chunk.finish_reason) continue;
+        body = CompletionChunkBody(meta, chunk, req.logprobs, *model.tokenizer);
+      }
+      if (!body.empty() && !co_await res.SendSse(body)) {
+        run.CancelAll();
+        co_return;
+      }
+    }
+  }
+  if (!error.ok()) {
+    co_await res.SendSse(ApiError::FromStatus(error).ToJson());
+  } else if (req.include_usage) {
+    co_await res.SendSse(
+        UsageChunkBody(meta, chat ? "chat.completion.chunk" : "text_completion", run.usage()));
+  }
+  co_await res.SendSse("[DONE]");
+  co_await res.EndSse();
+}
+
+asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& http_req,
+                                       HttpResponder& res, GenerationRequest::Kind kind) {
+  auto body = ParseJsonBody(http_req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) co_return co_await SendError(res, *e);
+  const Json& json = std::get<Json>(body);
+  auto parsed = kind == GenerationRequest::Kind::kChat ? ParseChatRequest(json)
+                                                       : ParseCompletionRequest(json);
+  if (auto* e = std::get_if<ApiError>(&parsed)) co_return co_await SendError(res, *e);
+  const GenerationRequest& req = std::get<GenerationRequest>(parsed);
+  const ModelContext& model = *state.model;
+  auto prepared = Prepare(req, model);
+  if (auto* e = std::get_if<ApiError>(&prepared)) co_return co_await SendError(res, *e);
+  if (state.draining) {
+    co_return co_await SendError(res, ApiError::FromStatus(
+                                          absl::UnavailableError("the router is shutting down")));
+  }
+  Admission admission(state);
+  if (!co_await admission.Acquire()) co_return co_await SendError(res, Overloaded());
+
+  const bool chat = kind == GenerationRequest::Kind::kChat;
+  ResponseMeta meta{.id = state.NewId(chat ? "chatcmpl" : "cmpl"),
+                    .created = std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count(),
+                    .model = model.served_name};
+  int64_t prompt_tokens = 0;
+  for (const PreparedPrompt& p : std::get<PreparedGeneration>(prepared).prompts) {
+    prompt_tokens += static_cast<int64_t>(p.ids.size());
+  }
+  GenerationRun run(state, std::move(std::get<PreparedGeneration>(prepared)), meta.id,
+                    req.priority, res.executor());
+  if (auto status = run.Start(); !status.ok()) {
+    run.CancelAll();
+    co_return co_await SendError(res, ApiError::FromStatus(status));
+  }
+  res.OnClientGone([&run] { run.CancelAll(); });
+  state.metrics.AddPromptTokens(prompt_tokens);
+  if (req.stream) {
+    co_await StreamGeneration(res, run, req, meta, model);
+  } else {
+    while (!(co_await run.Next()).empty()) {
+    }
+    if (auto error = run.first_error(); !error.ok()) {
+      co_await SendError(res, ApiError::FromStatus(error));
+    } else {
+      std::vector<ChoiceResult> results = run.Results();
+      if (!chat && req.echo) {
+        for (ChoiceResult& r : results) {
+          const PreparedPrompt& p = run.prepared().prompts[r.index / run.prepared().n];
+          r.prompt_ids = &p.ids;
+          r.prompt_text = p.text;
+        }
+      }
+      const std::string out =
+          chat ? ChatCompletionBody(meta, results, run.usage(), req.logprobs, *model.tokenizer)
+               : CompletionBody(meta, results, run.usage(), req.logprobs, *model.tokenizer);
+      co_await SendJson(res, 200, out);
+    }
+  }
+  state.metrics.AddGenerationTokens(run.usage().completion_tokens);
+}
+
+// JSON bodies are built outside coroutines: GCC 12 miscompiles braced initialiser lists of
+// string literals inside coroutine bodies ("array used as initializer").
+std::string ModelsBody(const ModelContext& m) {
+  Json model = {{"id", m.served_name},
+                {"object", "model"},
+                {"created", m.created_unix},
+                {"owned_by", "xserv"},
+                {"root", m.served_name},
+                {"max_model_len", m.max_context}};
+  return Json{{"object", "list"}, {"data", Json::array({model})}}.dump();
+}
+
+std::string TokenizeBody(const std::vector<uint32_t>& ids, int32_t max_context) {
+  return Json{{"count", ids.size()}, {"max_model_len", max_context}, {"tokens", ids}}.dump();
+}
+
+std::string DetokenizeBody(const std::string& text) {
+  return Json{{"prompt", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string StatusBody(const char* status) { return Json{{"status", status}}.dump(); }
+
+asio::awaitable<void> HandleModels(RouterState& state, HttpResponder& res) {
+  co_await SendJson(res, 200, ModelsBody(*state.model));
+}
+
+asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http_req,
+                                     HttpResponder& res) {
+  auto body = ParseJsonBody(http_req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) co_return co_await SendError(res, *e);
+  const Json& json = std::get<Json>(body);
+  const ModelContext& model = *state.model;
+  std::vector<uint32_t> ids;
+  if (json.contains("messages")) {
+    Json chat_body = json;
+    if (!chat_body.contains("add_generation_prompt")) chat_body["add_generation_prompt"] = true;
+    auto parsed = ParseChatRequest(chat_body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) co_return co_await SendError(res, *e);
+    auto rendered = RenderChat(std::get<GenerationRequest>(parsed), model);
+    if (auto* e = std::get_if<ApiError>(&rendered)) co_return co_await SendError(res, *e);
+    ids = std::get<PreparedPrompt>(rendered).ids;
+  } else if (json.contains("prompt") && json.at("prompt").is_string()) {
+    ids = model.tokenizer->Encode(json.at("prompt").get<std::string>());
+  } else {
+    co_return co_await SendError(
+        res, ApiError::Invalid("'prompt' (a string) or 'messages' is required", "prompt"));
+  }
+  co_await SendJson(res, 200, TokenizeBody(ids, model.max_context));
+}
+
+asio::awaitable<void> HandleDetokenize(RouterState& state, const HttpRequest& http_req,
+                                       HttpResponder& res) {
+  auto body = ParseJsonBody(http_req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) co_return co_await SendError(res, *e);
+  const Json& json = std::get<Json>(body);
+  if (!json.contains("tokens") || !json.at("tokens").is_array()) {
+    co_return co_await SendError(res, ApiError::Invalid("'tokens' (a list) is required", "tokens"));
+  }
+  std::vector<uint32_t> ids;
+  for (const Json& t : json.at("tokens")) {
+    if (!t.is_number_unsigned() ||
+        (state.model->vocab_size > 0 && t.get<uint64_t>() >= static_cast<uint64_t>(state.model->vocab_size))) {
+      co_return co_await SendError(res, ApiError::Invalid("'tokens' must be valid token ids", "tokens"));
+    }
+    ids.push_back(t.get<uint32_t>());
+  }
+  co_await SendJson(res, 200,
+                    DetokenizeBody(state.model->tokenizer->Decode(ids, /*skip_special_tokens=*/false)));
+}
+
+asio::awaitable<void> Dispatch(RouterState& state, const HttpRequest& req, HttpResponder& res) {
+  const std::string path(req.path());
+  const bool post = req.method == "POST";
+  const bool get = req.method == "GET";
+  if (path == "/health") {
+    if (!get) co_return co_await SendError(res, ApiError{.http_status = 405, .message = "use GET"});
+    co_return co_await SendJson(res, 200, StatusBody("ok"));
+  }
+  if (path == "/ready") {
+    if (state.pool->AnyReady() && !state.draining) {
+      co_return co_await SendJson(res, 200, StatusBody("ready"));
+    }
+    co_return co_await SendError(res, ApiError::FromStatus(absl::UnavailableError(
+                                          state.draining ? "the router is draining"
+                                                         : "no worker replica is ready")));
+  }
+  if (path == "/metrics") {
+    state.RefreshWorkerMetrics();
+    co_await res.Send(200, "text/plain; version=0.0.4", state.metrics.Render());
+    co_return;
+  }
+  if (!Authorized(state.limits, req.Header("Authorization").value_or(""))) {
+    co_return co_await SendError(
+        res, ApiError::FromStatus(absl::UnauthenticatedError(
+                 "missing or invalid API key (send 'Authorization: Bearer <key>')")));
+  }
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" ||
+      path == "/detokenize") {
+    if (!post) {
+      co_return co_await SendError(res, ApiError{.http_status = 405, .message = "use POST"});
+    }
+    if (path == "/v1/chat/completions") {
+      co_return co_await HandleGeneration(state, req, res, GenerationRequest::Kind::kChat);
+    }
+    if (path == "/v1/completions") {
+      co_return co_await HandleGeneration(state, req, res, GenerationRequest::Kind::kCompletion);
+    }
+    if (path == "/tokenize") co_return co_await HandleTokenize(state, req, res);
+    co_return co_await HandleDetokenize(state, req, res);
+  }
+  if (path == "/v1/models") co_return co_await HandleModels(state, res);
+  co_await SendError(res, ApiError{.http_status = 404,
+                                   .message = absl::StrCat("no route for ", req.method, " ", path),
+                                   .code = "not_found"});
+}
+
+}  // namespace
+
+http::HttpHandler MakeOpenAiHandler(RouterState& state) {
+  return [&state](const HttpRequest& req, HttpResponder& res) -> asio::awaitable<void> {
+    co_await Dispatch(state, req, res);
+  };
+}
+
+}  // namespace xserv::router
