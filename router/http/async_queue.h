@@ -7,9 +7,10 @@
 //   - Pop() / PopAll() have a single consumer: one coroutine at a time, running on the executor
 //     given to the constructor. That executor must serialise its handlers (a strand, or an
 //     io_context run by one thread); HttpResponder::executor() is such a strand. Pop() checks it.
-//   - Producers usually share the queue through a std::shared_ptr with the consumer. Destroying
-//     the queue closes it (a pending Pop() returns nullopt). The queue must not outlive the
-//     io_context of its executor.
+//   - Destroying the queue closes it (a pending Pop() returns nullopt). The queue must be destroyed
+//     before the io_context of its executor (i.e. before the HttpServer). Recommended pattern: the
+//     handler coroutine owns the queue (std::make_shared), producers such as gRPC reactors keep a
+//     std::weak_ptr and lock() it for each Push(), so the queue dies with the handler.
 //
 // How it works (the "timer as condition variable" trick): the consumer waits on a steady_timer that
 // never expires; a producer that finds the consumer waiting posts one wake-up to the consumer's

@@ -9,9 +9,9 @@ namespace {
 constexpr const char* kPrefix = "xserv:";
 
 const std::vector<double>& LatencyBuckets() {
-  static const std::vector<double> b = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
-                                        0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0, 40.0,
-                                        80.0,  160.0};
+  static const std::vector<double> b = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                        0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                        7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
   return b;
 }
 
@@ -25,7 +25,8 @@ Metrics::Metrics() {
     h.counts.assign(h.bounds.size() + 1, 0);
     histograms_[name] = std::move(h);
   }
-  for (const char* name : {"prompt_tokens_total", "generation_tokens_total"}) counters_[name][""] = 0;
+  for (const char* name : {"prompt_tokens_total", "generation_tokens_total"})
+    counters_[name][""] = 0;
 }
 
 void Metrics::Observe(const std::string& name, double value) {
@@ -53,17 +54,18 @@ std::string Metrics::Render() const {
   std::ostringstream out;
   auto gauge = [&](const char* name, const char* help, double value) {
     out << "# HELP " << kPrefix << name << " " << help << "\n# TYPE " << kPrefix << name
-        << " gauge\n" << kPrefix << name << " " << value << "\n";
+        << " gauge\n"
+        << kPrefix << name << " " << value << "\n";
   };
   gauge("num_requests_running", "Requests running on the workers.", workers_.running);
   gauge("num_requests_waiting", "Requests waiting on the workers.", workers_.waiting);
-  gauge("kv_cache_usage_perc", "KV-cache usage, 1 = full (mean over replicas).",
-        workers_.kv_usage);
+  gauge("kv_cache_usage_perc", "KV-cache usage, 1 = full (mean over replicas).", workers_.kv_usage);
   gauge("replicas_ready", "Replicas in rotation.", workers_.replicas_ready);
   gauge("replicas_total", "Replicas configured.", workers_.replicas_total);
   auto counter = [&](const char* name, const char* help, double value) {
     out << "# HELP " << kPrefix << name << " " << help << "\n# TYPE " << kPrefix << name
-        << " counter\n" << kPrefix << name << " " << value << "\n";
+        << " counter\n"
+        << kPrefix << name << " " << value << "\n";
   };
   counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix caches.",
           workers_.prefix_queries);
@@ -84,8 +86,8 @@ std::string Metrics::Render() const {
       out << kPrefix << name << "_bucket{le=\"" << h.bounds[i] << "\"} " << cumulative << "\n";
     }
     out << kPrefix << name << "_bucket{le=\"+Inf\"} " << h.count << "\n";
-    out << kPrefix << name << "_sum " << h.sum << "\n" << kPrefix << name << "_count " << h.count
-        << "\n";
+    out << kPrefix << name << "_sum " << h.sum << "\n"
+        << kPrefix << name << "_count " << h.count << "\n";
   }
   return out.str();
 }

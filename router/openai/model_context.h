@@ -20,15 +20,15 @@ namespace xserv::router {
 
 struct ModelContext {
   std::string served_name;
-  std::string model_type;          // config.json model_type
+  std::string model_type;  // config.json model_type
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<chat_template::ChatTemplate> chat_template;  // absent: chat completions refused
-  GenerationConfig generation;     // sampling defaults applied when a request omits them
+  GenerationConfig generation;  // sampling defaults applied when a request omits them
   output::ReasoningFormat reasoning_format = output::ReasoningFormat::kNone;
-  int32_t max_context = 0;         // prompt + completion tokens, from the workers
+  int32_t max_context = 0;  // prompt + completion tokens, from the workers
   int32_t vocab_size = 0;
   std::vector<uint32_t> eos_token_ids;
-  int64_t created_unix = 0;        // for /v1/models
+  int64_t created_unix = 0;  // for /v1/models
 
   // Reads tokenizer.json, the chat template (optional) and generation_config.json (optional)
   // from `model_dir`, and model_type from config.json.

@@ -29,8 +29,10 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
   if (request.model && *request.model != model.served_name) {
     ApiError e;
     e.http_status = 404;
-    e.message = absl::StrCat("The model '", *request.model, "' does not exist; this server "
-                             "serves '", model.served_name, "'");
+    e.message = absl::StrCat("The model '", *request.model,
+                             "' does not exist; this server "
+                             "serves '",
+                             model.served_name, "'");
     e.param = "model";
     e.code = "model_not_found";
     return e;
@@ -51,9 +53,9 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
         prompt.ids = std::get<std::vector<uint32_t>>(p);
         for (uint32_t id : prompt.ids) {
           if (model.vocab_size > 0 && id >= static_cast<uint32_t>(model.vocab_size)) {
-            return ApiError::Invalid(absl::StrCat("token id ", id, " is outside the vocabulary of ",
-                                                  model.vocab_size),
-                                     "prompt");
+            return ApiError::Invalid(
+                absl::StrCat("token id ", id, " is outside the vocabulary of ", model.vocab_size),
+                "prompt");
           }
         }
         prompt.text = model.tokenizer->Decode(prompt.ids, /*skip_special_tokens=*/false);
@@ -78,16 +80,26 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
   xserv::worker::v1::SamplingParams& w = g.sampling;
   const GenerationConfig& d = model.generation;
   // Request value, else the model's generation_config.json default (as vLLM does).
-  if (s.temperature) w.set_temperature(*s.temperature);
-  else if (d.temperature) w.set_temperature(static_cast<float>(*d.temperature));
-  if (s.top_p) w.set_top_p(*s.top_p);
-  else if (d.top_p) w.set_top_p(static_cast<float>(*d.top_p));
-  if (s.top_k) w.set_top_k(*s.top_k);
-  else if (d.top_k) w.set_top_k(static_cast<int32_t>(*d.top_k));
-  if (s.min_p) w.set_min_p(*s.min_p);
-  else if (d.min_p) w.set_min_p(static_cast<float>(*d.min_p));
-  if (s.repetition_penalty) w.set_repetition_penalty(*s.repetition_penalty);
-  else if (d.repetition_penalty) w.set_repetition_penalty(static_cast<float>(*d.repetition_penalty));
+  if (s.temperature)
+    w.set_temperature(*s.temperature);
+  else if (d.temperature)
+    w.set_temperature(static_cast<float>(*d.temperature));
+  if (s.top_p)
+    w.set_top_p(*s.top_p);
+  else if (d.top_p)
+    w.set_top_p(static_cast<float>(*d.top_p));
+  if (s.top_k)
+    w.set_top_k(*s.top_k);
+  else if (d.top_k)
+    w.set_top_k(static_cast<int32_t>(*d.top_k));
+  if (s.min_p)
+    w.set_min_p(*s.min_p);
+  else if (d.min_p)
+    w.set_min_p(static_cast<float>(*d.min_p));
+  if (s.repetition_penalty)
+    w.set_repetition_penalty(*s.repetition_penalty);
+  else if (d.repetition_penalty)
+    w.set_repetition_penalty(static_cast<float>(*d.repetition_penalty));
   if (s.presence_penalty) w.set_presence_penalty(*s.presence_penalty);
   if (s.frequency_penalty) w.set_frequency_penalty(*s.frequency_penalty);
   for (const auto& [id, bias] : s.logit_bias) {

@@ -27,13 +27,15 @@ class Fields {
 
   std::optional<bool> Bool(const char* key) {
     if (!Has(key)) return std::nullopt;
-    if (!At(key).is_boolean()) return Fail(absl::StrCat("'", key, "' must be a boolean"), key), std::nullopt;
+    if (!At(key).is_boolean())
+      return Fail(absl::StrCat("'", key, "' must be a boolean"), key), std::nullopt;
     return At(key).get<bool>();
   }
   std::optional<double> Number(const char* key, double lo, double hi) {
     if (!Has(key)) return std::nullopt;
     const Json& v = At(key);
-    if (!v.is_number()) return Fail(absl::StrCat("'", key, "' must be a number"), key), std::nullopt;
+    if (!v.is_number())
+      return Fail(absl::StrCat("'", key, "' must be a number"), key), std::nullopt;
     const double d = v.get<double>();
     if (!std::isfinite(d) || d < lo || d > hi) {
       return Fail(absl::StrCat("'", key, "' must be between ", lo, " and ", hi, ", got ", d), key),
@@ -59,7 +61,8 @@ class Fields {
   }
   std::optional<std::string> String(const char* key) {
     if (!Has(key)) return std::nullopt;
-    if (!At(key).is_string()) return Fail(absl::StrCat("'", key, "' must be a string"), key), std::nullopt;
+    if (!At(key).is_string())
+      return Fail(absl::StrCat("'", key, "' must be a string"), key), std::nullopt;
     return At(key).get<std::string>();
   }
 
@@ -88,8 +91,8 @@ void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
                          std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*v);
   }
-  const char* max_key = is_chat && f.Has("max_completion_tokens") ? "max_completion_tokens"
-                                                                   : "max_tokens";
+  const char* max_key =
+      is_chat && f.Has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (auto v = f.Integer(max_key, is_chat ? 1 : 0, std::numeric_limits<int32_t>::max())) {
     s.max_tokens = static_cast<uint32_t>(*v);
   }
@@ -105,12 +108,13 @@ void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
       s.stop.push_back(stop.get<std::string>());
     } else if (stop.is_array() && stop.size() <= kMaxStopStrings) {
       for (const Json& item : stop) {
-        if (!item.is_string()) return f.Fail("'stop' must be a string or a list of strings", "stop");
+        if (!item.is_string())
+          return f.Fail("'stop' must be a string or a list of strings", "stop");
         s.stop.push_back(item.get<std::string>());
       }
     } else {
-      return f.Fail(absl::StrCat("'stop' must be a string or a list of at most ",
-                                 kMaxStopStrings, " strings"),
+      return f.Fail(absl::StrCat("'stop' must be a string or a list of at most ", kMaxStopStrings,
+                                 " strings"),
                     "stop");
     }
     for (const std::string& stop_string : s.stop) {
@@ -119,7 +123,8 @@ void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
   }
   if (f.Has("stop_token_ids")) {
     const Json& ids = f.At("stop_token_ids");
-    if (!ids.is_array()) return f.Fail("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    if (!ids.is_array())
+      return f.Fail("'stop_token_ids' must be a list of integers", "stop_token_ids");
     for (const Json& id : ids) {
       if (!id.is_number_unsigned()) {
         return f.Fail("'stop_token_ids' must be a list of non-negative integers", "stop_token_ids");
@@ -151,7 +156,8 @@ void ParseCommon(Fields& f, GenerationRequest& r) {
   if (f.Has("stream_options")) {
     const Json& o = f.At("stream_options");
     if (!o.is_object()) return f.Fail("'stream_options' must be an object", "stream_options");
-    if (!r.stream) return f.Fail("'stream_options' is only allowed with stream=true", "stream_options");
+    if (!r.stream)
+      return f.Fail("'stream_options' is only allowed with stream=true", "stream_options");
     if (o.contains("include_usage")) {
       if (!o.at("include_usage").is_boolean()) {
         return f.Fail("'stream_options.include_usage' must be a boolean", "stream_options");
@@ -172,14 +178,20 @@ ApiResult<Json> ParseJsonBody(const std::string& body) {
   bool in_string = false, escaped = false;
   for (char c : body) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') max_depth = std::max(max_depth, ++depth);
-    else if (c == '}' || c == ']') --depth;
+    if (c == '"')
+      in_string = true;
+    else if (c == '{' || c == '[')
+      max_depth = std::max(max_depth, ++depth);
+    else if (c == '}' || c == ']')
+      --depth;
   }
   if (max_depth > kMaxJsonDepth) {
     return ApiError::Invalid(absl::StrCat("JSON nesting deeper than ", kMaxJsonDepth));
@@ -209,7 +221,8 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
     const std::string role = m.at("role").get<std::string>();
     if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
         role != "developer") {
-      return ApiError::Invalid(absl::StrCat(param, ".role '", role, "' is not one of system, "
+      return ApiError::Invalid(absl::StrCat(param, ".role '", role,
+                                            "' is not one of system, "
                                             "developer, user, assistant, tool"),
                                param + ".role");
     }
@@ -219,8 +232,9 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
         for (const Json& part : c) {
           if (!part.is_object() || !part.contains("type") || part.at("type") != "text" ||
               !part.contains("text") || !part.at("text").is_string()) {
-            return ApiError::Invalid(param + ".content parts must be {\"type\": \"text\", "
-                                     "\"text\": ...} (only text is supported)",
+            return ApiError::Invalid(param +
+                                         ".content parts must be {\"type\": \"text\", "
+                                         "\"text\": ...} (only text is supported)",
                                      param + ".content");
           }
         }
@@ -246,7 +260,8 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
   }
   if (auto effort = f.String("reasoning_effort")) {
     if (*effort != "low" && *effort != "medium" && *effort != "high") {
-      return ApiError::Invalid("'reasoning_effort' must be low, medium or high", "reasoning_effort");
+      return ApiError::Invalid("'reasoning_effort' must be low, medium or high",
+                               "reasoning_effort");
     }
     r.chat_template_kwargs["reasoning_effort"] = *effort;
   }

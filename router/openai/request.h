@@ -43,9 +43,9 @@ struct GenerationRequest {
   Kind kind = Kind::kChat;
   std::optional<std::string> model;
   // kChat: the conversation and template inputs.
-  Json messages;                 // array as sent (content string or parts)
-  Json tools;                    // null when absent
-  Json chat_template_kwargs;     // object (enable_thinking, reasoning_effort, ...)
+  Json messages;              // array as sent (content string or parts)
+  Json tools;                 // null when absent
+  Json chat_template_kwargs;  // object (enable_thinking, reasoning_effort, ...)
   bool add_generation_prompt = true;
   // kCompletion: one or more prompts.
   std::vector<PromptInput> prompts;
@@ -54,7 +54,7 @@ struct GenerationRequest {
   SamplingRequest sampling;
   uint32_t n = 1;
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
   // Chat: logprobs (bool) + top_logprobs; completions: logprobs (int) = number of alternatives.
   bool logprobs = false;
   uint32_t top_logprobs = 0;

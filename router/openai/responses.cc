@@ -62,8 +62,8 @@ Json CompletionLogprobs(const std::vector<uint32_t>* prompt_ids,
   if (prompt_ids != nullptr) {
     for (size_t i = 0; i < prompt_ids->size(); ++i) {
       // The first prompt token has no logprob; entry i-1 describes prompt token i.
-      const wv1::PositionLogprobs* p = i > 0 && i - 1 < prompt_lps.size() ? &prompt_lps[i - 1]
-                                                                            : nullptr;
+      const wv1::PositionLogprobs* p =
+          i > 0 && i - 1 < prompt_lps.size() ? &prompt_lps[i - 1] : nullptr;
       add((*prompt_ids)[i], p ? std::optional<float>(p->logprob()) : std::nullopt, p);
     }
   }
@@ -102,9 +102,8 @@ std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<Choic
   Json out_choices = Json::array();
   for (const ChoiceResult& c : choices) {
     Json message = {{"role", "assistant"}};
-    message["content"] = c.text.content.empty() && !c.text.tool_calls.empty()
-                             ? Json(nullptr)
-                             : Json(c.text.content);
+    message["content"] =
+        c.text.content.empty() && !c.text.tool_calls.empty() ? Json(nullptr) : Json(c.text.content);
     if (!c.text.reasoning.empty()) message["reasoning_content"] = c.text.reasoning;
     if (!c.text.tool_calls.empty()) {
       message["tool_calls"] = ToolCallsJson(c.text.tool_calls, meta.id + "-call-");

@@ -16,8 +16,8 @@
 namespace xserv::router {
 
 struct ResponseMeta {
-  std::string id;        // "chatcmpl-..." / "cmpl-..."
-  int64_t created = 0;   // unix seconds
+  std::string id;       // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;  // unix seconds
   std::string model;
 };
 
@@ -31,9 +31,9 @@ struct UsageCounts {
 struct ChoiceResult {
   uint32_t index = 0;
   output::OutputText text;
-  std::string finish_reason;                 // stop | length | tool_calls | abort
-  std::optional<std::string> stop_reason;    // matched stop string (vLLM extension)
-  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;        // one per output token
+  std::string finish_reason;               // stop | length | tool_calls | abort
+  std::optional<std::string> stop_reason;  // matched stop string (vLLM extension)
+  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;         // one per output token
   std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;  // echo
   const std::vector<uint32_t>* prompt_ids = nullptr;                 // echo
   std::string prompt_text;                                           // echo

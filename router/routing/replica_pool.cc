@@ -80,8 +80,8 @@ void ReplicaPool::Probe(size_t i) {
       s.detail.clear();
       need_info = !info_.has_value();
     } else {
-      s.detail = status.ok() ? wv1::HealthResponse::State_Name(health.state())
-                             : status.error_message();
+      s.detail =
+          status.ok() ? wv1::HealthResponse::State_Name(health.state()) : status.error_message();
       // A draining or starting replica leaves rotation at once; an unreachable one after a few
       // failed probes (a single lost probe should not eject it).
       if (status.ok() || ++s.consecutive_failures >= options_.failures_to_eject) {
@@ -110,8 +110,7 @@ std::unique_ptr<ReplicaLease> ReplicaPool::Acquire(std::span<const uint32_t> pro
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int> candidates;
   for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) {
-    if (replicas_[i].state.ready &&
-        std::find(exclude.begin(), exclude.end(), i) == exclude.end()) {
+    if (replicas_[i].state.ready && std::find(exclude.begin(), exclude.end(), i) == exclude.end()) {
       candidates.push_back(i);
     }
   }

@@ -28,18 +28,18 @@ struct ReplicaPoolOptions {
   std::vector<std::string> addresses;
   std::chrono::milliseconds poll_interval{200};
   std::chrono::milliseconds rpc_timeout{1000};
-  int failures_to_eject = 2;    // consecutive failed probes before a replica is taken out
-  int affinity_slack = 4;       // extra load tolerated to keep prefix affinity
-  size_t affinity_tokens = 256; // prompt tokens hashed for affinity (block-aligned)
+  int failures_to_eject = 2;     // consecutive failed probes before a replica is taken out
+  int affinity_slack = 4;        // extra load tolerated to keep prefix affinity
+  size_t affinity_tokens = 256;  // prompt tokens hashed for affinity (block-aligned)
 };
 
 struct ReplicaState {
   std::string address;
-  bool ready = false;           // probed healthy and serving
+  bool ready = false;  // probed healthy and serving
   int consecutive_failures = 0;
-  int in_flight = 0;            // router-side streams currently open
+  int in_flight = 0;  // router-side streams currently open
   xserv::worker::v1::LoadResponse load;
-  std::string detail;           // last probe error or health detail
+  std::string detail;  // last probe error or health detail
 };
 
 class ReplicaPool;

@@ -7,7 +7,7 @@ namespace wv1 = xserv::worker::v1;
 class WorkerStreamReactor final : public grpc::ClientReadReactor<wv1::GenerateResponse> {
  public:
   WorkerStreamReactor(std::shared_ptr<WorkerStreamHandle> handle, wv1::GenerateRequest request,
-          WorkerStream::Callback callback)
+                      WorkerStream::Callback callback)
       : handle_(std::move(handle)), request_(std::move(request)), callback_(std::move(callback)) {}
 
   grpc::ClientContext& context() { return context_; }

@@ -22,9 +22,9 @@ namespace xserv::router {
 struct WorkerEvent {
   enum class Kind { kDelta, kFinished, kClosed };
   Kind kind = Kind::kClosed;
-  xserv::worker::v1::TokenDelta delta;        // kDelta
-  xserv::worker::v1::Finished finished;       // kFinished
-  grpc::Status status;                        // kClosed: the RPC's final status
+  xserv::worker::v1::TokenDelta delta;   // kDelta
+  xserv::worker::v1::Finished finished;  // kFinished
+  grpc::Status status;                   // kClosed: the RPC's final status
 };
 
 class WorkerStreamReactor;

@@ -72,11 +72,11 @@ absl::Status GenerationRun::Launch(Choice& c) {
   std::weak_ptr<http::AsyncQueue<Event>> queue = queue_;
   const size_t choice = c.index;
   const int attempt = c.attempt;
-  c.stream = WorkerStream::Start(
-      c.lease->stub(), std::move(request), state_.limits.request_timeout,
-      [queue, choice, attempt](WorkerEvent event) {
-        if (auto q = queue.lock()) q->Push(Event{choice, attempt, std::move(event)});
-      });
+  c.stream = WorkerStream::Start(c.lease->stub(), std::move(request), state_.limits.request_timeout,
+                                 [queue, choice, attempt](WorkerEvent event) {
+                                   if (auto q = queue.lock())
+                                     q->Push(Event{choice, attempt, std::move(event)});
+                                 });
   return absl::OkStatus();
 }
 

@@ -29,11 +29,11 @@ namespace xserv::router {
 struct ChoiceUpdate {
   uint32_t index = 0;
   output::OutputDelta delta;
-  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;        // for delta.token_ids
+  std::vector<xserv::worker::v1::PositionLogprobs> logprobs;         // for delta.token_ids
   std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;  // once, with echo
-  std::optional<std::string> finish_reason;   // set on the choice's last update
+  std::optional<std::string> finish_reason;  // set on the choice's last update
   std::optional<std::string> stop_reason;
-  absl::Status error;                         // the choice failed (no finish_reason)
+  absl::Status error;  // the choice failed (no finish_reason)
 };
 
 class GenerationRun {
@@ -70,11 +70,11 @@ class GenerationRun {
     std::optional<output::OutputPipeline> pipeline;
     std::shared_ptr<WorkerStreamHandle> stream;
     std::unique_ptr<ReplicaLease> lease;
-    std::vector<int> tried;      // replica indices that failed this choice
+    std::vector<int> tried;  // replica indices that failed this choice
     int attempt = 0;
     bool got_tokens = false;
-    bool ended = false;          // finish reason or error decided
-    bool closed = false;         // the worker stream is done
+    bool ended = false;   // finish reason or error decided
+    bool closed = false;  // the worker stream is done
     int64_t completion_tokens = 0;
     int64_t prompt_tokens = 0;
     int64_t cached_tokens = 0;

@@ -69,6 +69,11 @@ class Admission {
   bool admitted_ = false;
 };
 
+ApiError Unauthorized() {
+  return ApiError::FromStatus(absl::UnauthenticatedError(
+      "missing or invalid API key (send 'Authorization: Bearer <key>')"));
+}
+
 ApiError Overloaded() {
   ApiError e;
   e.http_status = 429;
@@ -103,9 +108,8 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
                         .tool_calls = std::move(u.delta.tool_calls),
                         .logprobs = std::move(u.logprobs)};
         role_sent[u.index] = true;
-        const bool has_payload = chunk.role || !chunk.reasoning.empty() ||
-                                 !chunk.content.empty() || !chunk.tool_calls.empty() ||
-                                 !chunk.logprobs.empty();
+        const bool has_payload = chunk.role || !chunk.reasoning.empty() || !chunk.content.empty() ||
+                                 !chunk.tool_calls.empty() || !chunk.logprobs.empty();
         if (has_payload) {
           if (!co_await res.SendSse(ChatChunkBody(meta, chunk, req.logprobs, *model.tokenizer))) {
             run.CancelAll();
@@ -113,8 +117,8 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
           }
         }
         if (u.finish_reason) {
-          ChatChunk last{.index = u.index, .finish_reason = u.finish_reason,
-                         .stop_reason = u.stop_reason};
+          ChatChunk last{
+              .index = u.index, .finish_reason = u.finish_reason, .stop_reason = u.stop_reason};
           body = ChatChunkBody(meta, last, false, *model.tokenizer);
         }
       } else {
@@ -150,21 +154,39 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
 asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& http_req,
                                        HttpResponder& res, GenerationRequest::Kind kind) {
   auto body = ParseJsonBody(http_req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) co_return co_await SendError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&body)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
+    co_return;
+  }
   const Json& json = std::get<Json>(body);
   auto parsed = kind == GenerationRequest::Kind::kChat ? ParseChatRequest(json)
                                                        : ParseCompletionRequest(json);
-  if (auto* e = std::get_if<ApiError>(&parsed)) co_return co_await SendError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
+    co_return;
+  }
   const GenerationRequest& req = std::get<GenerationRequest>(parsed);
   const ModelContext& model = *state.model;
   auto prepared = Prepare(req, model);
-  if (auto* e = std::get_if<ApiError>(&prepared)) co_return co_await SendError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&prepared)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
+    co_return;
+  }
   if (state.draining) {
-    co_return co_await SendError(res, ApiError::FromStatus(
-                                          absl::UnavailableError("the router is shutting down")));
+    const ApiError error =
+        ApiError::FromStatus(absl::UnavailableError("the router is shutting down"));
+    co_await SendError(res, error);
+    co_return;
   }
   Admission admission(state);
-  if (!co_await admission.Acquire()) co_return co_await SendError(res, Overloaded());
+  if (!co_await admission.Acquire()) {
+    const ApiError error = Overloaded();
+    co_await SendError(res, error);
+    co_return;
+  }
 
   const bool chat = kind == GenerationRequest::Kind::kChat;
   ResponseMeta meta{.id = state.NewId(chat ? "chatcmpl" : "cmpl"),
@@ -176,11 +198,15 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
   for (const PreparedPrompt& p : std::get<PreparedGeneration>(prepared).prompts) {
     prompt_tokens += static_cast<int64_t>(p.ids.size());
   }
-  GenerationRun run(state, std::move(std::get<PreparedGeneration>(prepared)), meta.id,
-                    req.priority, res.executor());
+  GenerationRun run(state, std::move(std::get<PreparedGeneration>(prepared)), meta.id, req.priority,
+                    res.executor());
   if (auto status = run.Start(); !status.ok()) {
     run.CancelAll();
-    co_return co_await SendError(res, ApiError::FromStatus(status));
+    {
+      const ApiError error = ApiError::FromStatus(status);
+      co_await SendError(res, error);
+      co_return;
+    }
   }
   res.OnClientGone([&run] { run.CancelAll(); });
   state.metrics.AddPromptTokens(prompt_tokens);
@@ -189,8 +215,9 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
   } else {
     while (!(co_await run.Next()).empty()) {
     }
-    if (auto error = run.first_error(); !error.ok()) {
-      co_await SendError(res, ApiError::FromStatus(error));
+    if (const absl::Status failed = run.first_error(); !failed.ok()) {
+      const ApiError error = ApiError::FromStatus(failed);
+      co_await SendError(res, error);
     } else {
       std::vector<ChoiceResult> results = run.Results();
       if (!chat && req.echo) {
@@ -212,12 +239,8 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
 // JSON bodies are built outside coroutines: GCC 12 miscompiles braced initialiser lists of
 // string literals inside coroutine bodies ("array used as initializer").
 std::string ModelsBody(const ModelContext& m) {
-  Json model = {{"id", m.served_name},
-                {"object", "model"},
-                {"created", m.created_unix},
-                {"owned_by", "xserv"},
-                {"root", m.served_name},
-                {"max_model_len", m.max_context}};
+  Json model = {{"id", m.served_name}, {"object", "model"},     {"created", m.created_unix},
+                {"owned_by", "xserv"}, {"root", m.served_name}, {"max_model_len", m.max_context}};
   return Json{{"object", "list"}, {"data", Json::array({model})}}.dump();
 }
 
@@ -238,7 +261,11 @@ asio::awaitable<void> HandleModels(RouterState& state, HttpResponder& res) {
 asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http_req,
                                      HttpResponder& res) {
   auto body = ParseJsonBody(http_req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) co_return co_await SendError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&body)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
+    co_return;
+  }
   const Json& json = std::get<Json>(body);
   const ModelContext& model = *state.model;
   std::vector<uint32_t> ids;
@@ -246,15 +273,25 @@ asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http
     Json chat_body = json;
     if (!chat_body.contains("add_generation_prompt")) chat_body["add_generation_prompt"] = true;
     auto parsed = ParseChatRequest(chat_body);
-    if (auto* e = std::get_if<ApiError>(&parsed)) co_return co_await SendError(res, *e);
+    if (auto* e = std::get_if<ApiError>(&parsed)) {
+      const ApiError error = *e;
+      co_await SendError(res, error);
+      co_return;
+    }
     auto rendered = RenderChat(std::get<GenerationRequest>(parsed), model);
-    if (auto* e = std::get_if<ApiError>(&rendered)) co_return co_await SendError(res, *e);
+    if (auto* e = std::get_if<ApiError>(&rendered)) {
+      const ApiError error = *e;
+      co_await SendError(res, error);
+      co_return;
+    }
     ids = std::get<PreparedPrompt>(rendered).ids;
   } else if (json.contains("prompt") && json.at("prompt").is_string()) {
     ids = model.tokenizer->Encode(json.at("prompt").get<std::string>());
   } else {
-    co_return co_await SendError(
-        res, ApiError::Invalid("'prompt' (a string) or 'messages' is required", "prompt"));
+    const ApiError error =
+        ApiError::Invalid("'prompt' (a string) or 'messages' is required", "prompt");
+    co_await SendError(res, error);
+    co_return;
   }
   co_await SendJson(res, 200, TokenizeBody(ids, model.max_context));
 }
@@ -262,67 +299,101 @@ asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http
 asio::awaitable<void> HandleDetokenize(RouterState& state, const HttpRequest& http_req,
                                        HttpResponder& res) {
   auto body = ParseJsonBody(http_req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) co_return co_await SendError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&body)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
+    co_return;
+  }
   const Json& json = std::get<Json>(body);
   if (!json.contains("tokens") || !json.at("tokens").is_array()) {
-    co_return co_await SendError(res, ApiError::Invalid("'tokens' (a list) is required", "tokens"));
+    const ApiError error = ApiError::Invalid("'tokens' (a list) is required", "tokens");
+    co_await SendError(res, error);
+    co_return;
   }
   std::vector<uint32_t> ids;
   for (const Json& t : json.at("tokens")) {
     if (!t.is_number_unsigned() ||
-        (state.model->vocab_size > 0 && t.get<uint64_t>() >= static_cast<uint64_t>(state.model->vocab_size))) {
-      co_return co_await SendError(res, ApiError::Invalid("'tokens' must be valid token ids", "tokens"));
+        (state.model->vocab_size > 0 &&
+         t.get<uint64_t>() >= static_cast<uint64_t>(state.model->vocab_size))) {
+      const ApiError error = ApiError::Invalid("'tokens' must be valid token ids", "tokens");
+      co_await SendError(res, error);
+      co_return;
     }
     ids.push_back(t.get<uint32_t>());
   }
-  co_await SendJson(res, 200,
-                    DetokenizeBody(state.model->tokenizer->Decode(ids, /*skip_special_tokens=*/false)));
+  co_await SendJson(
+      res, 200, DetokenizeBody(state.model->tokenizer->Decode(ids, /*skip_special_tokens=*/false)));
 }
 
+ApiError MethodNotAllowed(const char* use) {
+  ApiError e;
+  e.http_status = 405;
+  e.message = std::string("method not allowed; use ") + use;
+  return e;
+}
+
+ApiError NoRoute(const std::string& method, const std::string& path) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = absl::StrCat("no route for ", method, " ", path);
+  e.code = "not_found";
+  return e;
+}
+
+// Every error below is a named local: GCC 12 mishandles temporaries with non-trivial destructors
+// inside co_await expressions (double free), so none is built inside one.
 asio::awaitable<void> Dispatch(RouterState& state, const HttpRequest& req, HttpResponder& res) {
   const std::string path(req.path());
   const bool post = req.method == "POST";
   const bool get = req.method == "GET";
-  if (path == "/health") {
-    if (!get) co_return co_await SendError(res, ApiError{.http_status = 405, .message = "use GET"});
-    co_return co_await SendJson(res, 200, StatusBody("ok"));
-  }
-  if (path == "/ready") {
-    if (state.pool->AnyReady() && !state.draining) {
-      co_return co_await SendJson(res, 200, StatusBody("ready"));
+  if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") {
+    if (!get) {
+      const ApiError error = MethodNotAllowed("GET");
+      co_await SendError(res, error);
+    } else if (path == "/health") {
+      co_await SendJson(res, 200, StatusBody("ok"));
+    } else if (path == "/ready") {
+      if (state.pool->AnyReady() && !state.draining) {
+        co_await SendJson(res, 200, StatusBody("ready"));
+      } else {
+        const ApiError error = ApiError::FromStatus(absl::UnavailableError(
+            state.draining ? "the router is draining" : "no worker replica is ready"));
+        co_await SendError(res, error);
+      }
+    } else if (path == "/metrics") {
+      state.RefreshWorkerMetrics();
+      co_await res.Send(200, "text/plain; version=0.0.4", state.metrics.Render());
+    } else if (!Authorized(state.limits, req.Header("Authorization").value_or(""))) {
+      const ApiError error = Unauthorized();
+      co_await SendError(res, error);
+    } else {
+      co_await HandleModels(state, res);
     }
-    co_return co_await SendError(res, ApiError::FromStatus(absl::UnavailableError(
-                                          state.draining ? "the router is draining"
-                                                         : "no worker replica is ready")));
-  }
-  if (path == "/metrics") {
-    state.RefreshWorkerMetrics();
-    co_await res.Send(200, "text/plain; version=0.0.4", state.metrics.Render());
     co_return;
   }
   if (!Authorized(state.limits, req.Header("Authorization").value_or(""))) {
-    co_return co_await SendError(
-        res, ApiError::FromStatus(absl::UnauthenticatedError(
-                 "missing or invalid API key (send 'Authorization: Bearer <key>')")));
+    const ApiError error = Unauthorized();
+    co_await SendError(res, error);
+    co_return;
   }
-  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" ||
-      path == "/detokenize") {
+  const bool generation = path == "/v1/chat/completions" || path == "/v1/completions";
+  if (generation || path == "/tokenize" || path == "/detokenize") {
     if (!post) {
-      co_return co_await SendError(res, ApiError{.http_status = 405, .message = "use POST"});
+      const ApiError error = MethodNotAllowed("POST");
+      co_await SendError(res, error);
+    } else if (path == "/v1/chat/completions") {
+      co_await HandleGeneration(state, req, res, GenerationRequest::Kind::kChat);
+    } else if (path == "/v1/completions") {
+      co_await HandleGeneration(state, req, res, GenerationRequest::Kind::kCompletion);
+    } else if (path == "/tokenize") {
+      co_await HandleTokenize(state, req, res);
+    } else {
+      co_await HandleDetokenize(state, req, res);
     }
-    if (path == "/v1/chat/completions") {
-      co_return co_await HandleGeneration(state, req, res, GenerationRequest::Kind::kChat);
-    }
-    if (path == "/v1/completions") {
-      co_return co_await HandleGeneration(state, req, res, GenerationRequest::Kind::kCompletion);
-    }
-    if (path == "/tokenize") co_return co_await HandleTokenize(state, req, res);
-    co_return co_await HandleDetokenize(state, req, res);
+    co_return;
   }
-  if (path == "/v1/models") co_return co_await HandleModels(state, res);
-  co_await SendError(res, ApiError{.http_status = 404,
-                                   .message = absl::StrCat("no route for ", req.method, " ", path),
-                                   .code = "not_found"});
+  const ApiError error = NoRoute(req.method, path);
+  co_await SendError(res, error);
 }
 
 }  // namespace

@@ -36,8 +36,7 @@ void RouterState::RefreshWorkerMetrics() {
 
 std::string RouterState::NewId(const char* prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrCat(prefix, "-", absl::Hex(rng(), absl::kZeroPad16),
-                      next_request.fetch_add(1));
+  return absl::StrCat(prefix, "-", absl::Hex(rng(), absl::kZeroPad16), next_request.fetch_add(1));
 }
 
 bool Authorized(const RouterLimits& limits, std::string_view header) {

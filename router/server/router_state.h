@@ -17,11 +17,11 @@
 namespace xserv::router {
 
 struct RouterLimits {
-  int max_in_flight = 1024;     // requests streaming from workers at once
-  int max_queued = 1024;        // requests waiting for an in-flight slot; beyond: 429
+  int max_in_flight = 1024;  // requests streaming from workers at once
+  int max_queued = 1024;     // requests waiting for an in-flight slot; beyond: 429
   std::chrono::milliseconds queue_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds request_timeout{std::chrono::minutes(30)};
-  std::string api_key;          // empty: no authentication
+  std::string api_key;                 // empty: no authentication
   int retries_before_first_token = 2;  // other replicas tried when a stream fails early
 };
 

@@ -1,0 +1,287 @@
+// The router over a real CPU worker, both real processes, a tiny Qwen3 with the real Qwen3
+// tokenizer (made by xserv-make-model), driven over HTTP: chat and completions, streaming and
+// not, usage arithmetic, stop strings across token boundaries, n=2 with seeds, echo + prompt
+// logprobs against the worker, client disconnect freeing the worker's KV, overload (429), API key,
+// and malformed requests.
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/integration/http_client.h"
+#include "tests/integration/process.h"
+#include "tests/integration/worker_client.h"
+
+namespace xserv::testing {
+namespace {
+
+using nlohmann::json;
+
+std::string MakeModel() {
+  static std::string dir;  // one model for the whole test binary
+  if (!dir.empty()) return dir;
+  const std::string tokenizer = SourcePath(".assets/tokenizers/qwen3");
+  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) return "";
+  dir = MakeTempDir() + "/qwen3-tiny";
+  const std::string cmd = BinaryPath("xserv-make-model") +
+                          " --arch qwen3 --preset tiny --seed 7 --tokenizer " + tokenizer +
+                          " --out " + dir + " --log-level warn";
+  if (std::system(cmd.c_str()) != 0) dir.clear();
+  return dir;
+}
+
+class RouterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = MakeModel();
+    if (model_.empty()) return;
+    worker_ = new ChildProcess();
+    ASSERT_TRUE(worker_->StartServer("xserv-worker", {"--model", model_, "--kv-cache-memory",
+                                                      "0.25", "--swap-space-gb", "0"}))
+        << worker_->Log();
+    router_ = new ChildProcess();
+    ASSERT_TRUE(router_->StartServer("xserv-router", {"--model", model_, "--workers",
+                                                      worker_->address()}))
+        << router_->Log();
+  }
+  static void TearDownTestSuite() {
+    if (router_) EXPECT_EQ(router_->Stop(SIGTERM), 0) << router_->Log();
+    if (worker_) EXPECT_EQ(worker_->Stop(SIGTERM), 0) << worker_->Log();
+    delete router_;
+    delete worker_;
+    router_ = worker_ = nullptr;
+  }
+  void SetUp() override {
+    if (model_.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  }
+  void TearDown() override {
+    if (HasFailure() && router_) std::cerr << router_->Log().substr(0, 8000);
+  }
+  static int port() { return router_->port(); }
+  static std::string model_;
+  static ChildProcess* worker_;
+  static ChildProcess* router_;
+};
+std::string RouterTest::model_;
+ChildProcess* RouterTest::worker_ = nullptr;
+ChildProcess* RouterTest::router_ = nullptr;
+
+json Chat(const std::string& text, int max_tokens) {
+  return json{{"messages", json::array({{{"role", "user"}, {"content", text}}})},
+              {"max_tokens", max_tokens},
+              {"temperature", 0}};
+}
+
+TEST_F(RouterTest, ChatNonStreamingHasTheOpenAiShape) {
+  HttpResult r = Post(port(), "/v1/chat/completions", Chat("Hello there", 12));
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "qwen3-tiny");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  // The prompt is the rendered template: check the count against /tokenize of the same messages.
+  HttpResult tok = Post(port(), "/tokenize",
+                        json{{"messages", json::array({{{"role", "user"}, {"content", "Hello there"}}})}});
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  EXPECT_EQ(j["usage"]["prompt_tokens"], tok.Json()["count"]);
+  EXPECT_EQ(j["usage"]["total_tokens"],
+            j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+}
+
+TEST_F(RouterTest, StreamingEqualsNonStreamingAndEndsWithUsageAndDone) {
+  const json whole = Post(port(), "/v1/chat/completions", Chat("Tell me a story", 20)).Json();
+  json body = Chat("Tell me a story", 20);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  HttpResult r = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.Header("Content-Type").find("text/event-stream"), std::string::npos);
+  const std::vector<std::string> events = r.SseData();
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string content;
+  std::string finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json chunk = json::parse(events[i]);
+    EXPECT_EQ(chunk["id"], json::parse(events[0])["id"]);
+    if (chunk["choices"].empty()) {  // the usage chunk, last before [DONE]
+      EXPECT_EQ(i, events.size() - 2);
+      EXPECT_EQ(chunk["usage"], whole["usage"]);
+      continue;
+    }
+    const json& delta = chunk["choices"][0]["delta"];
+    if (i == 0) EXPECT_EQ(delta["role"], "assistant");
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, whole["choices"][0]["message"]["content"]);
+  EXPECT_EQ(finish, "length");
+}
+
+TEST_F(RouterTest, StopStringAcrossTokensIsNeverStreamed) {
+  json base = {{"prompt", "The quick brown fox"}, {"max_tokens", 24}, {"temperature", 0}};
+  const std::string full = Post(port(), "/v1/completions", base).Json()["choices"][0]["text"];
+  ASSERT_GE(full.size(), 12u);
+  // A stop string from the middle of the output, spanning several tokens.
+  const std::string stop = full.substr(4, 6);
+  json with_stop = base;
+  with_stop["stop"] = json::array({stop});
+  const json j = Post(port(), "/v1/completions", with_stop).Json();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["choices"][0]["stop_reason"], stop);
+  const std::string expected = full.substr(0, full.find(stop));
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+  with_stop["stream"] = true;
+  std::string streamed;
+  for (const std::string& e : Post(port(), "/v1/completions", with_stop).SseData()) {
+    if (e == "[DONE]") break;
+    streamed += json::parse(e)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, expected);
+}
+
+TEST_F(RouterTest, TwoChoicesWithSeedAreReproducible) {
+  json body = Chat("Pick a number", 10);
+  body["temperature"] = 1.0;
+  body["n"] = 2;
+  body["seed"] = 42;
+  const json a = Post(port(), "/v1/chat/completions", body).Json();
+  const json b = Post(port(), "/v1/chat/completions", body).Json();
+  ASSERT_EQ(a["choices"].size(), 2u);
+  EXPECT_EQ(a["choices"][0]["index"], 0);
+  EXPECT_EQ(a["choices"][1]["index"], 1);
+  EXPECT_EQ(a["choices"], b["choices"]);
+  EXPECT_NE(a["choices"][0]["message"]["content"], a["choices"][1]["message"]["content"]);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 20);
+}
+
+TEST_F(RouterTest, EchoPromptLogprobsEqualTheWorkers) {
+  json body = {{"prompt", "Once upon a time there was"},
+               {"max_tokens", 1}, {"echo", true}, {"logprobs", 2}, {"temperature", 0}};
+  const json j = Post(port(), "/v1/completions", body).Json();
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp["token_logprobs"][0].is_null());
+  const json tok = Post(port(), "/tokenize", json{{"prompt", "Once upon a time there was"}}).Json();
+  const size_t n = tok["count"];
+  auto stub = WorkerStub(worker_->address());
+  std::vector<uint32_t> ids = tok["tokens"].get<std::vector<uint32_t>>();
+  wv1::GenerateRequest req = GreedyRequest("echo-check", ids, 1);
+  req.mutable_sampling()->set_prompt_logprobs(2);
+  GenerateOutcome direct = Generate(*stub, req);
+  ASSERT_EQ(direct.prompt_logprobs.size(), n - 1);
+  for (size_t i = 1; i < n; ++i) {
+    EXPECT_FLOAT_EQ(lp["token_logprobs"][i].get<float>(), direct.prompt_logprobs[i - 1].logprob());
+  }
+  EXPECT_EQ(lp["tokens"].size(), n + 1);  // prompt + the generated token
+}
+
+TEST_F(RouterTest, ClientDisconnectFreesWorkerKv) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port())});
+  json body = Chat("Write forever", 3000);
+  body["stream"] = true;
+  body["ignore_eos"] = true;
+  const std::string payload = body.dump();
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                              "application/json\r\nContent-Length: " +
+                              std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  asio::write(s, asio::buffer(request));
+  char buf[4096];
+  size_t got = 0;
+  while (got < 2000) got += s.read_some(asio::buffer(buf));  // a few chunks
+  s.close();
+  auto stub = WorkerStub(worker_->address());
+  wv1::LoadResponse load;
+  for (int i = 0; i < 300; ++i) {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Load(&ctx, wv1::LoadRequest(), &load).ok());
+    if (load.num_running() == 0 && load.kv_blocks_free() == load.kv_blocks_total()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(load.num_running(), 0u);
+  EXPECT_EQ(load.kv_blocks_free(), load.kv_blocks_total());
+}
+
+TEST_F(RouterTest, MalformedRequestsGetOpenAiErrorsAndServingContinues) {
+  auto expect_error = [&](const std::string& body, int status, const std::string& param) {
+    HttpResult r = HttpCall(port(), "POST", "/v1/chat/completions", body);
+    EXPECT_EQ(r.status, status) << body << " -> " << r.body;
+    const json j = r.Json();
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    if (!param.empty()) EXPECT_EQ(j["error"]["param"], param) << r.body;
+  };
+  expect_error("{not json", 400, "");
+  expect_error("[]", 400, "");
+  expect_error(R"({"messages": "hi"})", 400, "messages");
+  expect_error(R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages[0].role");
+  expect_error(R"({"messages": [{"role": "user", "content": "x"}], "temperature": 7})", 400,
+               "temperature");
+  expect_error(R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", 400, "n");
+  expect_error(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000})", 400,
+               "max_tokens");
+  expect_error(R"({"messages": [{"role": "user", "content": "x"}], "model": "gpt-9"})", 404,
+               "model");
+  expect_error(R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", 400, "stop");
+  expect_error(std::string(100, '[') + std::string(100, ']'), 400, "");
+  HttpResult suffix = Post(port(), "/v1/completions", json{{"prompt", "a"}, {"suffix", "b"}});
+  EXPECT_EQ(suffix.status, 400);
+  EXPECT_EQ(HttpCall(port(), "GET", "/v1/chat/completions").status, 405);
+  EXPECT_EQ(HttpCall(port(), "GET", "/nope").status, 404);
+  EXPECT_EQ(Post(port(), "/v1/chat/completions", Chat("still fine", 3)).status, 200);
+}
+
+TEST_F(RouterTest, HealthReadyModelsMetrics) {
+  EXPECT_EQ(HttpCall(port(), "GET", "/health").status, 200);
+  EXPECT_EQ(HttpCall(port(), "GET", "/ready").status, 200);
+  const json models = HttpCall(port(), "GET", "/v1/models").Json();
+  EXPECT_EQ(models["data"][0]["id"], "qwen3-tiny");
+  const std::string metrics = HttpCall(port(), "GET", "/metrics").body;
+  for (const char* name : {"xserv:time_to_first_token_seconds_bucket", "xserv:prompt_tokens_total",
+                           "xserv:generation_tokens_total", "xserv:num_requests_running",
+                           "xserv:kv_cache_usage_perc", "xserv:http_requests_total",
+                           "xserv:e2e_request_latency_seconds_count"}) {
+    EXPECT_NE(metrics.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(RouterAdmission, OverloadGets429AndApiKeyIsEnforced) {
+  const std::string model = MakeModel();
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched";
+  ChildProcess worker, router;
+  ASSERT_TRUE(worker.StartServer("xserv-worker", {"--model", model, "--kv-cache-memory", "0.25",
+                                                  "--swap-space-gb", "0"}));
+  ASSERT_TRUE(router.StartServer("xserv-router",
+                                 {"--model", model, "--workers", worker.address(),
+                                  "--max-concurrent-requests", "1", "--max-queued-requests", "0",
+                                  "--api-key", "sekret"}))
+      << router.Log();
+  const std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer sekret"}};
+  EXPECT_EQ(Post(router.port(), "/v1/chat/completions", Chat("x", 2)).status, 401);
+  EXPECT_EQ(Post(router.port(), "/v1/chat/completions", Chat("x", 2),
+                 {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(Post(router.port(), "/v1/chat/completions", Chat("x", 2), auth).status, 200);
+  EXPECT_EQ(HttpCall(router.port(), "GET", "/health").status, 200);  // health needs no key
+  json slow = Chat("long", 600);
+  slow["ignore_eos"] = true;
+  auto busy = std::async(std::launch::async,
+                         [&] { return Post(router.port(), "/v1/chat/completions", slow, auth); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  HttpResult rejected = Post(router.port(), "/v1/chat/completions", Chat("x", 2), auth);
+  EXPECT_EQ(rejected.status, 429) << rejected.body;
+  EXPECT_EQ(rejected.Header("Retry-After"), "1");
+  EXPECT_EQ(busy.get().status, 200);
+  EXPECT_EQ(router.Stop(), 0);
+  EXPECT_EQ(worker.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace xserv::testing
