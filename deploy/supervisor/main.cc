@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices, "comma-separated GPU ordinals (cuda)");
   app.add_option("--host", t.host, "router bind address")->capture_default_str();
   app.add_option("--http-port", t.http_port)->capture_default_str();
+  app.add_option("--port", t.http_port, "alias of --http-port");
+  std::string port_file;
+  app.add_option("--port-file", port_file, "passed to the router: it writes its HTTP port there");
   app.add_option("--grpc-port", t.grpc_port, "router public gRPC port")->capture_default_str();
   app.add_option("--worker-base-port", t.worker_base_port)->capture_default_str();
   app.add_option("--worker-arg", t.worker_args, "extra worker flag (repeatable)");
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
     pos = comma + 1;
   }
   if (workers_only) t.start_router = false;
+  if (!port_file.empty()) t.router_args.insert(t.router_args.end(), {"--port-file", port_file});
   if (auto status = t.Validate(); !status.ok()) {
     spdlog::error("{}", status.ToString());
     return 2;

@@ -34,8 +34,11 @@ absl::Status Topology::Validate() const {
                                                    " GPUs; the topology needs ",
                                                    replicas * tp * pp));
   }
-  for (int port : {http_port, grpc_port, worker_base_port}) {
-    if (port < 1 || port > 65535) return absl::InvalidArgumentError("ports must be in 1..65535");
+  for (int port : {http_port, grpc_port}) {  // 0: the router picks a free port
+    if (port < 0 || port > 65535) return absl::InvalidArgumentError("ports must be in 0..65535");
+  }
+  if (worker_base_port < 1 || worker_base_port > 65535) {
+    return absl::InvalidArgumentError("--worker-base-port must be in 1..65535");
   }
   if (worker_base_port + replicas * tp * pp > 65536) {
     return absl::InvalidArgumentError("worker ports run past 65535");

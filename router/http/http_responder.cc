@@ -1,6 +1,7 @@
 #include "router/http/http_responder.h"
 
 #include <cstdio>
+#include <ctime>
 #include <exception>
 #include <string>
 #include <utility>
@@ -60,6 +61,26 @@ std::string_view ReasonPhrase(int status) {
   return std::string_view(reason.data(), reason.size());
 }
 
+// IMF-fixdate of the current second ("Sun, 06 Nov 1994 08:49:37 GMT"), cached per thread.
+std::string_view HttpDate() {
+  static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  thread_local std::time_t cached_second = -1;
+  thread_local char text[40];
+  thread_local int length = 0;
+  std::time_t now = std::time(nullptr);
+  if (now != cached_second) {
+    std::tm t{};
+    gmtime_r(&now, &t);
+    length = std::snprintf(text, sizeof(text), "%s, %02d %s %04d %02d:%02d:%02d GMT",
+                           kDays[t.tm_wday % 7], t.tm_mday, kMonths[t.tm_mon % 12],
+                           t.tm_year + 1900, t.tm_hour, t.tm_min, t.tm_sec);
+    cached_second = now;
+  }
+  return std::string_view(text, static_cast<size_t>(length));
+}
+
 void InvokeGuarded(const std::function<void()>& callback) {
   try {
     callback();
@@ -82,7 +103,9 @@ std::string FormatResponseHead(int status, std::string_view content_type, std::s
   head += std::to_string(status);
   head += ' ';
   head += ReasonPhrase(status);
-  head += "\r\nServer: xserv\r\n";
+  head += "\r\nServer: xserv\r\nDate: ";
+  head += HttpDate();
+  head += kCrLf;
   if (!content_type.empty() && IsValidHeader("Content-Type", content_type)) {
     head += "Content-Type: ";
     head += content_type;
@@ -115,6 +138,8 @@ HttpResponder::HttpResponder(internal::Connection* connection, const HttpRequest
     : connection_(connection), request_(request) {}
 
 asio::any_io_executor HttpResponder::executor() const { return connection_->executor(); }
+
+void HttpResponder::CloseConnectionAfterResponse() { connection_->CloseAfterResponse(); }
 
 bool HttpResponder::client_gone() const { return connection_->client_gone(); }
 

@@ -69,6 +69,10 @@ class HttpResponder {
   // AsyncQueue::Close to wake the handler). Must not block; exceptions are logged and swallowed.
   void OnClientGone(std::function<void()> callback);
 
+  // Closes the connection after this response instead of keeping it alive (e.g. after an error
+  // event ended a stream). Same as a "Connection: close" header when called before the head.
+  void CloseConnectionAfterResponse();
+
   // True once Send or StartSse has been called.
   bool response_started() const { return state_ != State::kNone; }
 

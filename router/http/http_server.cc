@@ -137,9 +137,10 @@ void HttpServer::Stop() {
     }
   }
   io_context_.stop();
+  const bool was_running = !threads_.empty();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
-  spdlog::info("http: stopped");
+  if (was_running) spdlog::info("http: stopped");
 }
 
 }  // namespace xserv::http

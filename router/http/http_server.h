@@ -18,11 +18,34 @@
 // 404/405). Pipelined requests are served one after another. A handler that throws is logged and
 // answered with 500 (if nothing was sent yet).
 //
-// Example:
-//   auto server = HttpServer::Start({.port = 8000, .threads = 2},
-//       [](const HttpRequest& req, HttpResponder& res) -> boost::asio::awaitable<void> {
-//         co_await res.Send(200, "text/plain", "hello\n");
-//       });
+// Example: plain responses, and an SSE stream fed from other threads (e.g. a gRPC reactor).
+//   namespace asio = boost::asio;
+//   HttpHandler handler = [](const HttpRequest& req, HttpResponder& res) -> asio::awaitable<void> {
+//     if (req.path() == "/health") {
+//       co_await res.Send(200, "application/json", R"({"status":"ok"})");
+//       co_return;
+//     }
+//     if (req.method != "POST") {
+//       res.AddHeader("Allow", "POST");
+//       co_await res.Send(405, "application/json", R"({"error":{"message":"use POST"}})");
+//       co_return;
+//     }
+//     auto deltas = std::make_shared<AsyncQueue<std::string>>(res.executor());
+//     // The producer keeps a weak_ptr: Push() per delta from any thread, Close() at the end.
+//     auto call = StartUpstream(req.body, std::weak_ptr<AsyncQueue<std::string>>(deltas));
+//     res.OnClientGone([call] { call->Cancel(); });  // e.g. grpc::ClientContext::TryCancel()
+//     if (!co_await res.StartSse()) co_return;
+//     for (auto batch = co_await deltas->PopAll(); !batch.empty();
+//          batch = co_await deltas->PopAll()) {
+//       for (const std::string& json : batch) {
+//         if (!co_await res.SendSse(json)) co_return;  // client gone; upstream already cancelled
+//       }
+//     }
+//     co_await res.SendSse("[DONE]");
+//     co_await res.EndSse();
+//   };
+//   auto server = HttpServer::Start({.host = "0.0.0.0", .port = 8000, .threads = 2}, handler);
+//   if (!server.ok()) return server.status();
 #pragma once
 
 #include <atomic>

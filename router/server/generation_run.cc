@@ -120,8 +120,10 @@ void GenerationRun::Handle(Event& e, std::vector<ChoiceUpdate>& updates) {
                    request_id_, c.index, w.status.error_message());
       if (replica >= 0) state_.pool->ReportFailure(replica, w.status.error_message());
       ++c.attempt;
-      c.closed = false;
-      if (Launch(c).ok()) return;
+      if (Launch(c).ok()) {
+        c.closed = false;  // a new stream is running for this choice
+        return;
+      }
       c.ended = true;
       c.error = absl::UnavailableError("no other worker replica is ready");
     } else {

@@ -1,0 +1,137 @@
+// The main job end to end: xserv-supervisor launches a worker replica and the router; requests
+// are served; kill -9 of the worker gives clean errors, the replica is restarted and serves again
+// (time to recovery measured); kill -9 of the router gets it restarted; SIGTERM drains in-flight
+// requests and exits 0.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/integration/http_client.h"
+#include "tests/integration/process.h"
+
+namespace xserv::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string MakeModel() {
+  const std::string tokenizer = SourcePath(".assets/tokenizers/qwen3");
+  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) return "";
+  const std::string dir = MakeTempDir() + "/qwen3-tiny";
+  const std::string cmd = BinaryPath("xserv-make-model") +
+                          " --arch qwen3 --preset tiny --seed 3 --tokenizer " + tokenizer +
+                          " --out " + dir + " --log-level warn";
+  return std::system(cmd.c_str()) == 0 ? dir : "";
+}
+
+// Children of `parent` whose command name is `name` (from /proc).
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    const std::string comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent && name.rfind(comm, 0) == 0 && state != 'Z') out.push_back(std::stoi(pid));
+  }
+  return out;
+}
+
+json Chat(int max_tokens) {
+  return json{{"messages", json::array({{{"role", "user"}, {"content", "Hello"}}})},
+              {"max_tokens", max_tokens},
+              {"temperature", 0},
+              {"ignore_eos", true}};
+}
+
+int ReadPort(const std::string& file) {
+  std::ifstream in(file);
+  int port = 0;
+  in >> port;
+  return port;
+}
+
+TEST(Supervisor, ServesHealsAndDrains) {
+  const std::string model = MakeModel();
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  std::mt19937 rng(std::random_device{}());
+  const int worker_port = 20000 + static_cast<int>(rng() % 20000);
+  ChildProcess supervisor;
+  ASSERT_TRUE(supervisor.StartServer(
+      "xserv-supervisor",
+      {"--model", model, "--worker-base-port", std::to_string(worker_port), "--grace-period-s",
+       "20", "--worker-arg=--kv-cache-memory", "--worker-arg=0.25", "--worker-arg=--swap-space-gb",
+       "--worker-arg=0"}, std::chrono::seconds(90)))
+      << supervisor.Log();
+  // StartServer appended "--port 0 --port-file F": the router writes its port there.
+  int port = supervisor.port();
+  ASSERT_EQ(Post(port, "/v1/chat/completions", Chat(8)).status, 200) << supervisor.Log();
+
+  // kill -9 the worker: clean errors meanwhile, then the replica is back.
+  std::vector<pid_t> workers = ChildrenNamed(supervisor.pid(), "xserv-worker");
+  ASSERT_EQ(workers.size(), 1u);
+  const auto killed_at = Clock::now();
+  kill(workers[0], SIGKILL);
+  int errors = 0;
+  double recovery_s = -1;
+  while (Clock::now() - killed_at < std::chrono::seconds(60)) {
+    HttpResult r = Post(port, "/v1/chat/completions", Chat(4));
+    if (r.status == 200) {
+      recovery_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+      break;
+    }
+    ++errors;
+    EXPECT_TRUE(r.status == 503 || r.status == 500) << r.status << " " << r.body;
+    EXPECT_TRUE(r.Json().contains("error")) << r.body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(recovery_s, 0) << supervisor.Log();
+  std::cout << "worker kill -9 -> serving again after " << recovery_s << " s (" << errors
+            << " requests refused meanwhile)\n";
+  RecordProperty("worker_recovery_seconds", std::to_string(recovery_s));
+
+  // kill -9 the router: the supervisor restarts it (on a new port: it was started with port 0).
+  std::vector<pid_t> routers = ChildrenNamed(supervisor.pid(), "xserv-router");
+  ASSERT_EQ(routers.size(), 1u);
+  const std::string port_file = supervisor.log_path().substr(0, supervisor.log_path().rfind('/')) + "/port";
+  std::filesystem::remove(port_file);
+  kill(routers[0], SIGKILL);
+  const auto router_killed = Clock::now();
+  while (ReadPort(port_file) == 0 && Clock::now() - router_killed < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  port = ReadPort(port_file);
+  ASSERT_GT(port, 0) << supervisor.Log();
+  EXPECT_EQ(Post(port, "/v1/chat/completions", Chat(4)).status, 200);
+
+  // SIGTERM with a request in flight: it completes, everything exits 0.
+  auto in_flight = std::async(std::launch::async, [&] {
+    return Post(port, "/v1/chat/completions", Chat(200));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(supervisor.Stop(SIGTERM, std::chrono::seconds(60)), 0) << supervisor.Log();
+  HttpResult r = in_flight.get();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["usage"]["completion_tokens"], 200);
+  EXPECT_TRUE(ChildrenNamed(supervisor.pid() > 0 ? supervisor.pid() : -supervisor.pid(),
+                            "xserv-worker")
+                  .empty());
+}
+
+}  // namespace
+}  // namespace xserv::testing
