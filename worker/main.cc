@@ -19,6 +19,10 @@
 #include "common/flags.h"
 #include "common/status.h"
 #include "kernels/cpu/cpu_backend.h"
+#if XSERV_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+#endif
 #include "spdlog/spdlog.h"
 #include "worker/engine/engine.h"
 #include "worker/model/kv_cache.h"
@@ -42,6 +46,7 @@ struct WorkerFlags {
   int max_model_len = 0;  // 0: the model's max_position_embeddings
   int block_size = 16;
   double kv_cache_memory_gb = 0.5;
+  double gpu_memory_utilization = 0.9;
   int num_kv_blocks = 0;  // > 0 overrides the memory-derived size (tests force tiny pools)
   double swap_space_gb = 1.0;
   std::string preemption_mode = "swap";
@@ -57,12 +62,47 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlags& f) {
+  if (f.backend == "cpu") {
+    return std::make_unique<kernels::cpu::CpuBackend>(
+        kernels::cpu::CpuBackendOptions{.num_threads = f.threads});
+  }
+#if XSERV_HAVE_CUDA
+  if (f.backend == "cuda") {
+    auto runtime = cuda::QueryRuntime();
+    if (runtime.ok()) spdlog::info("{}", cuda::Describe(*runtime));
+    ASSIGN_OR_RETURN(auto backend, kernels::cuda::CudaBackend::Create({.device = 0}));
+    return std::unique_ptr<kernels::Backend>(std::move(backend));
+  }
+#endif
+  return absl::InvalidArgumentError("backend '" + f.backend + "' is not available in this build");
+}
+
+// KV blocks that fit the budget: --num-kv-blocks, else --kv-cache-memory (CPU), else
+// --gpu-memory-utilization of the device after the weights are loaded (CUDA, as vLLM).
+int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block) {
+  if (f.num_kv_blocks > 0) return f.num_kv_blocks;
+#if XSERV_HAVE_CUDA
+  if (f.backend == "cuda") {
+    auto runtime = cuda::QueryRuntime();
+    if (!runtime.ok() || runtime->devices.empty()) return 0;
+    const cuda::DeviceInfo& d = runtime->devices[0];
+    const double used = static_cast<double>(d.total_memory_bytes - d.free_memory_bytes);
+    // Leave room for the logits and cuBLAS workspaces beyond the measured use.
+    const double budget = f.gpu_memory_utilization * d.total_memory_bytes - used - (1ull << 30);
+    return budget > 0 ? static_cast<int64_t>(budget) / bytes_per_block : 0;
+  }
+#endif
+  return static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
+}
+
 int Run(const WorkerFlags& f) {
-  if (f.backend != "cpu") {
-    spdlog::error("backend '{}' is not available in this build (only cpu so far)", f.backend);
+  auto created = CreateBackend(f);
+  if (!created.ok()) {
+    spdlog::error("{}", created.status().ToString());
     return 2;
   }
-  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{.num_threads = f.threads});
+  kernels::Backend& backend = **created;
   auto model = model::LoadModel(f.model_dir, backend,
                                 model::ModelLoadOptions{.max_num_tokens = f.max_num_batched_tokens});
   if (!model.ok()) {
@@ -72,9 +112,7 @@ int Run(const WorkerFlags& f) {
   const ModelConfig config = (*model)->config();
   const int64_t bytes_per_block = model::KvCache::BytesPerBlock(config, f.block_size,
                                                                 backend.compute_dtype());
-  int64_t num_blocks = f.num_kv_blocks > 0
-                           ? f.num_kv_blocks
-                           : static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
+  const int64_t num_blocks = KvBlocks(f, bytes_per_block);
   const int64_t host_blocks = static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block;
   if (num_blocks < 1) {
     spdlog::error("the KV budget holds no block of {} bytes", bytes_per_block);
@@ -125,7 +163,7 @@ int Run(const WorkerFlags& f) {
   }
   identity.config_json = ReadFile(f.model_dir + "/config.json").value_or("");
   identity.backend = backend.name();
-  identity.dtype = "f32";
+  identity.dtype = std::string(kernels::DTypeName(backend.compute_dtype()));
   identity.layout.set_tp_size(1);
   identity.layout.set_pp_size(1);
   identity.eos_token_ids = ec.eos_token_ids;
@@ -203,7 +241,10 @@ int main(int argc, char** argv) {
   xserv::worker::WorkerFlags f;
   app.add_option("--model", f.model_dir, "HF model directory (config.json + safetensors)")
       ->required();
-  app.add_option("--backend", f.backend, "cpu (cuda: not built yet)")->capture_default_str();
+  app.add_option("--backend", f.backend, "cpu or cuda")->capture_default_str();
+  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                 "fraction of device memory for weights + KV (cuda)")
+      ->capture_default_str();
   app.add_option("--host", f.host, "listen address")->capture_default_str();
   app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();
   app.add_option("--port-file", f.port_file, "write the bound port here once serving");

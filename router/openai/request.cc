@@ -167,6 +167,7 @@ void ParseCommon(Fields& f, GenerationRequest& r) {
   }
   if (auto v = f.Integer("priority", -1000000, 1000000)) r.priority = static_cast<int32_t>(*v);
   if (auto v = f.String("user")) r.user = *v;
+  if (auto v = f.Bool("return_tokens_as_token_ids")) r.return_tokens_as_token_ids = *v;
 }
 
 }  // namespace

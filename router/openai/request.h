@@ -60,6 +60,8 @@ struct GenerationRequest {
   uint32_t top_logprobs = 0;
   int32_t priority = 0;
   std::string user;
+  // vLLM extension: logprob tokens rendered as "token_id:<id>" instead of text.
+  bool return_tokens_as_token_ids = false;
 };
 
 // Either the parsed value or the error to return to the client.

@@ -17,19 +17,21 @@ Json Bytes(const std::string& raw) {
   return out;
 }
 
-Json ChatLogprobEntry(const wv1::PositionLogprobs& p, const tokenizer::Tokenizer& tok) {
-  const output::TokenText text = output::RenderTokenText(tok, p.token_id());
-  Json entry = {{"token", text.text}, {"logprob", p.logprob()}, {"bytes", Bytes(text.bytes)}};
+Json ChatLogprobEntry(const wv1::PositionLogprobs& p, const TokenRenderer& tok) {
+  Json entry = {{"token", tok.Text(p.token_id())},
+                {"logprob", p.logprob()},
+                {"bytes", Bytes(tok.Bytes(p.token_id()))}};
   Json top = Json::array();
   for (const wv1::TokenLogprob& alt : p.top()) {
-    const output::TokenText t = output::RenderTokenText(tok, alt.token_id());
-    top.push_back({{"token", t.text}, {"logprob", alt.logprob()}, {"bytes", Bytes(t.bytes)}});
+    top.push_back({{"token", tok.Text(alt.token_id())},
+                   {"logprob", alt.logprob()},
+                   {"bytes", Bytes(tok.Bytes(alt.token_id()))}});
   }
   entry["top_logprobs"] = std::move(top);
   return entry;
 }
 
-Json ChatLogprobs(const std::vector<wv1::PositionLogprobs>& lps, const tokenizer::Tokenizer& tok) {
+Json ChatLogprobs(const std::vector<wv1::PositionLogprobs>& lps, const TokenRenderer& tok) {
   Json content = Json::array();
   for (const auto& p : lps) content.push_back(ChatLogprobEntry(p, tok));
   return Json{{"content", std::move(content)}};
@@ -39,12 +41,12 @@ Json ChatLogprobs(const std::vector<wv1::PositionLogprobs>& lps, const tokenizer
 Json CompletionLogprobs(const std::vector<uint32_t>* prompt_ids,
                         const std::vector<wv1::PositionLogprobs>& prompt_lps,
                         const std::vector<wv1::PositionLogprobs>& lps,
-                        const tokenizer::Tokenizer& tok, size_t text_offset_start) {
+                        const TokenRenderer& tok, size_t text_offset_start) {
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
        offsets = Json::array();
   size_t offset = text_offset_start;
   auto add = [&](uint32_t id, std::optional<float> lp, const wv1::PositionLogprobs* p) {
-    const std::string text = output::RenderTokenText(tok, id).text;
+    const std::string text = tok.Text(id);
     tokens.push_back(text);
     token_logprobs.push_back(lp ? Json(*lp) : Json(nullptr));
     if (p == nullptr) {
@@ -52,7 +54,7 @@ Json CompletionLogprobs(const std::vector<uint32_t>* prompt_ids,
     } else {
       Json alts = Json::object();
       for (const wv1::TokenLogprob& alt : p->top()) {
-        alts[output::RenderTokenText(tok, alt.token_id()).text] = alt.logprob();
+        alts[tok.Text(alt.token_id())] = alt.logprob();
       }
       top.push_back(std::move(alts));
     }
@@ -88,6 +90,16 @@ Json StopReason(const std::optional<std::string>& r) { return r ? Json(*r) : Jso
 
 }  // namespace
 
+std::string TokenRenderer::Text(uint32_t id) const {
+  if (as_token_ids) return "token_id:" + std::to_string(id);
+  return output::RenderTokenText(*tokenizer, id).text;
+}
+
+std::string TokenRenderer::Bytes(uint32_t id) const {
+  if (as_token_ids) return "";
+  return output::RenderTokenText(*tokenizer, id).bytes;
+}
+
 Json UsageJson(const UsageCounts& u) {
   Json usage = {{"prompt_tokens", u.prompt_tokens},
                 {"completion_tokens", u.completion_tokens},
@@ -98,7 +110,7 @@ Json UsageJson(const UsageCounts& u) {
 
 std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                                const UsageCounts& usage, bool with_logprobs,
-                               const tokenizer::Tokenizer& tokenizer) {
+                               const TokenRenderer& tokens) {
   Json out_choices = Json::array();
   for (const ChoiceResult& c : choices) {
     Json message = {{"role", "assistant"}};
@@ -109,7 +121,7 @@ std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<Choic
       message["tool_calls"] = ToolCallsJson(c.text.tool_calls, meta.id + "-call-");
     }
     Json choice = {{"index", c.index}, {"message", std::move(message)}};
-    choice["logprobs"] = with_logprobs ? ChatLogprobs(c.logprobs, tokenizer) : Json(nullptr);
+    choice["logprobs"] = with_logprobs ? ChatLogprobs(c.logprobs, tokens) : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
     choice["stop_reason"] = StopReason(c.stop_reason);
     out_choices.push_back(std::move(choice));
@@ -124,13 +136,13 @@ std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<Choic
 
 std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                            const UsageCounts& usage, bool with_logprobs,
-                           const tokenizer::Tokenizer& tokenizer) {
+                           const TokenRenderer& tokens) {
   Json out_choices = Json::array();
   for (const ChoiceResult& c : choices) {
     const bool echo = c.prompt_ids != nullptr;
     Json choice = {{"index", c.index}, {"text", (echo ? c.prompt_text : "") + c.text.content}};
     choice["logprobs"] = with_logprobs ? CompletionLogprobs(c.prompt_ids, c.prompt_logprobs,
-                                                            c.logprobs, tokenizer, 0)
+                                                            c.logprobs, tokens, 0)
                                        : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
     choice["stop_reason"] = StopReason(c.stop_reason);
@@ -145,7 +157,7 @@ std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceRes
 }
 
 std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool with_logprobs,
-                          const tokenizer::Tokenizer& tokenizer) {
+                          const TokenRenderer& tokens) {
   Json delta = Json::object();
   if (chunk.role) {
     delta["role"] = "assistant";
@@ -170,7 +182,7 @@ std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool
   }
   Json choice = {{"index", chunk.index}, {"delta", std::move(delta)}};
   choice["logprobs"] = with_logprobs && !chunk.logprobs.empty()
-                           ? ChatLogprobs(chunk.logprobs, tokenizer)
+                           ? ChatLogprobs(chunk.logprobs, tokens)
                            : Json(nullptr);
   choice["finish_reason"] = chunk.finish_reason ? Json(*chunk.finish_reason) : Json(nullptr);
   if (chunk.finish_reason) choice["stop_reason"] = StopReason(chunk.stop_reason);
@@ -182,10 +194,10 @@ std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool
 }
 
 std::string CompletionChunkBody(const ResponseMeta& meta, const CompletionChunk& chunk,
-                                bool with_logprobs, const tokenizer::Tokenizer& tokenizer) {
+                                bool with_logprobs, const TokenRenderer& tokens) {
   Json choice = {{"index", chunk.index}, {"text", chunk.text}};
   choice["logprobs"] = with_logprobs && !chunk.logprobs.empty()
-                           ? CompletionLogprobs(nullptr, {}, chunk.logprobs, tokenizer, 0)
+                           ? CompletionLogprobs(nullptr, {}, chunk.logprobs, tokens, 0)
                            : Json(nullptr);
   choice["finish_reason"] = chunk.finish_reason ? Json(*chunk.finish_reason) : Json(nullptr);
   if (chunk.finish_reason) choice["stop_reason"] = StopReason(chunk.stop_reason);

@@ -15,6 +15,15 @@
 
 namespace xserv::router {
 
+// How logprob tokens are rendered: their text (default), or "token_id:<id>" (vLLM's
+// return_tokens_as_token_ids).
+struct TokenRenderer {
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  bool as_token_ids = false;
+  std::string Text(uint32_t id) const;
+  std::string Bytes(uint32_t id) const;  // raw token bytes (empty with as_token_ids)
+};
+
 struct ResponseMeta {
   std::string id;       // "chatcmpl-..." / "cmpl-..."
   int64_t created = 0;  // unix seconds
@@ -43,10 +52,10 @@ Json UsageJson(const UsageCounts& usage);
 
 std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                                const UsageCounts& usage, bool with_logprobs,
-                               const tokenizer::Tokenizer& tokenizer);
+                               const TokenRenderer& tokens);
 std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                            const UsageCounts& usage, bool with_logprobs,
-                           const tokenizer::Tokenizer& tokenizer);
+                           const TokenRenderer& tokens);
 
 // Chat chunk for one choice: role (first chunk), reasoning/content/tool-call deltas, logprobs of
 // the tokens in this delta, finish_reason on the last.
@@ -61,7 +70,7 @@ struct ChatChunk {
   std::optional<std::string> stop_reason;
 };
 std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool with_logprobs,
-                          const tokenizer::Tokenizer& tokenizer);
+                          const TokenRenderer& tokens);
 
 struct CompletionChunk {
   uint32_t index = 0;
@@ -72,7 +81,7 @@ struct CompletionChunk {
   std::optional<std::string> stop_reason;
 };
 std::string CompletionChunkBody(const ResponseMeta& meta, const CompletionChunk& chunk,
-                                bool with_logprobs, const tokenizer::Tokenizer& tokenizer);
+                                bool with_logprobs, const TokenRenderer& tokens);
 
 // The final usage chunk of a stream (choices: []).
 std::string UsageChunkBody(const ResponseMeta& meta, const std::string& object,

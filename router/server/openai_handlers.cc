@@ -86,6 +86,7 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
                                        const GenerationRequest& req, const ResponseMeta& meta,
                                        const ModelContext& model) {
   const bool chat = req.kind == GenerationRequest::Kind::kChat;
+  const TokenRenderer tokens{model.tokenizer.get(), req.return_tokens_as_token_ids};
   if (!co_await res.StartSse()) co_return;
   std::vector<bool> role_sent(run.num_choices(), false);
   // Completions with echo: the prompt text comes first, in each choice's first chunk.
@@ -111,7 +112,7 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
         const bool has_payload = chunk.role || !chunk.reasoning.empty() || !chunk.content.empty() ||
                                  !chunk.tool_calls.empty() || !chunk.logprobs.empty();
         if (has_payload) {
-          if (!co_await res.SendSse(ChatChunkBody(meta, chunk, req.logprobs, *model.tokenizer))) {
+          if (!co_await res.SendSse(ChatChunkBody(meta, chunk, req.logprobs, tokens))) {
             run.CancelAll();
             co_return;
           }
@@ -119,7 +120,7 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
         if (u.finish_reason) {
           ChatChunk last{
               .index = u.index, .finish_reason = u.finish_reason, .stop_reason = u.stop_reason};
-          body = ChatChunkBody(meta, last, false, *model.tokenizer);
+          body = ChatChunkBody(meta, last, false, tokens);
         }
       } else {
         std::string text = std::move(u.delta.content);
@@ -133,7 +134,7 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
                               .finish_reason = u.finish_reason,
                               .stop_reason = u.stop_reason};
         if (chunk.text.empty() && chunk.logprobs.empty() && !chunk.finish_reason) continue;
-        body = CompletionChunkBody(meta, chunk, req.logprobs, *model.tokenizer);
+        body = CompletionChunkBody(meta, chunk, req.logprobs, tokens);
       }
       if (!body.empty() && !co_await res.SendSse(body)) {
         run.CancelAll();
@@ -219,6 +220,7 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
       const ApiError error = ApiError::FromStatus(failed);
       co_await SendError(res, error);
     } else {
+      const TokenRenderer tokens{model.tokenizer.get(), req.return_tokens_as_token_ids};
       std::vector<ChoiceResult> results = run.Results();
       if (!chat && req.echo) {
         for (ChoiceResult& r : results) {
@@ -228,8 +230,8 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
         }
       }
       const std::string out =
-          chat ? ChatCompletionBody(meta, results, run.usage(), req.logprobs, *model.tokenizer)
-               : CompletionBody(meta, results, run.usage(), req.logprobs, *model.tokenizer);
+          chat ? ChatCompletionBody(meta, results, run.usage(), req.logprobs, tokens)
+               : CompletionBody(meta, results, run.usage(), req.logprobs, tokens);
       co_await SendJson(res, 200, out);
     }
   }

@@ -8,6 +8,9 @@ mkdir -p "$OUT"
 # The host gets no .git: bundle.sh records the commit it was built from.
 XSERV_COMMIT=$(cat "$XSERV_ROOT/.bundle/COMMIT" 2>/dev/null || echo unknown)
 export XSERV_COMMIT
+if [[ -f $XSERV_ROOT/.bundle/payload.tar.xz && ! -d $XSERV_ROOT/.bundle/bin ]]; then
+  tar -C "$XSERV_ROOT/.bundle" -xJf "$XSERV_ROOT/.bundle/payload.tar.xz"
+fi
 if [[ -f $XSERV_ROOT/.bundle/assets.tar.xz && ! -d $XSERV_ROOT/.assets/tokenizers ]]; then
   mkdir -p "$XSERV_ROOT/.assets" && tar -C "$XSERV_ROOT/.assets" -xJf "$XSERV_ROOT/.bundle/assets.tar.xz"
 fi

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU host: random weights of a real architecture (transformers, bf16) served by the whole
+# stack (supervisor -> router -> worker on CUDA), checked against transformers on the same weights
+# (prompt logprobs, teacher-forced top-1, greedy prefix, a streaming chat). Results under $OUT.
+# Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2] [prompts] [len]
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$XSERV_ROOT"
+arch=${1:-qwen3-8b}
+prompts=${2:-32}
+len=${3:-256}
+case $arch in
+  qwen3*) tok=qwen3 ;; llama3*) tok=llama3 ;; gpt2) tok=gpt2 ;; *) echo "unknown arch" >&2; exit 2 ;;
+esac
+work=$(mktemp -d)
+export PYTHONUNBUFFERED=1
+start=$(date +%s)
+python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
+  --out "$work" --prompts "$prompts" --len "$len" 2>&1 | tee "$OUT/e2e-$arch-reference.log" | tail -3
+echo "reference: $(($(date +%s) - start)) s"
+port=18080
+.bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port \
+  --bin-dir "$XSERV_ROOT/.bundle/bin" --worker-base-port 18100 \
+  --worker-arg=--max-model-len --worker-arg=4096 >"$OUT/e2e-$arch-serve.log" 2>&1 &
+sup=$!
+load_start=$(date +%s)
+python3 - "$port" <<'PY'
+import sys, time, urllib.request
+port = sys.argv[1]
+for _ in range(600):
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2).status == 200:
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(1)
+sys.exit(1)
+PY
+ready=$?
+echo "serving after $(($(date +%s) - load_start)) s (ready rc=$ready)"
+if [[ $ready == 0 ]]; then
+  python3 scripts/gpu/e2e_compare.py --url "http://127.0.0.1:$port" \
+    --reference "$work/reference.json" --out "$OUT/e2e-$arch.json"
+fi
+kill -TERM $sup
+wait $sup
+echo "supervisor exit $?"
+grep -E "error|ERROR|critical" "$OUT/e2e-$arch-serve.log" | head -5
+rm -rf "$work"

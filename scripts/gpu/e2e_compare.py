@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Compares a running xserv router against e2e_reference.py's reference.json: prompt logprobs via
+/v1/completions echo (token ids in), teacher-forced top-1 where HF's top-2 margin exceeds the
+tolerance, greedy continuations, and a streaming chat completion. Prints a summary and writes
+JSON. Standard library only.
+
+Usage: python3 e2e_compare.py --url http://127.0.0.1:8080 --reference DIR/reference.json --out F
+"""
+import argparse
+import json
+import math
+import time
+import urllib.request
+
+
+def post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return r.read().decode()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--reference", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    args = ap.parse_args()
+    ref = json.load(open(args.reference))
+    diffs, top1_checked, top1_agree = [], 0, 0
+    t0 = time.time()
+    for k, ids in enumerate(ref["prompts"]):
+        r = json.loads(post(args.url + "/v1/completions",
+                            {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 1,
+                             "temperature": 0, "return_tokens_as_token_ids": True}))
+        lp = r["choices"][0]["logprobs"]
+        ours = lp["token_logprobs"][:len(ids)]
+        for a, b in zip(ours[1:], ref["logprobs"][k][1:]):
+            diffs.append(abs(a - b))
+        # Teacher-forced top-1: top_logprobs[j] is our distribution for token j; HF's top1[j-1].
+        for j in range(1, len(ids)):
+            alt = lp["top_logprobs"][j]
+            if alt is None or ref["margin"][k][j - 1] <= args.tolerance:
+                continue
+            top1_checked += 1
+            ours_top = max(alt.items(), key=lambda kv: kv[1])[0]
+            top1_agree += ours_top == f"token_id:{ref['top1'][k][j - 1]}"
+    prompt_s = time.time() - t0
+    greedy_match = []
+    for k, cont in enumerate(ref["greedy"]):
+        r = json.loads(post(args.url + "/v1/completions",
+                            {"prompt": ref["prompts"][k], "max_tokens": len(cont),
+                             "temperature": 0, "ignore_eos": True, "logprobs": 0,
+                             "return_tokens_as_token_ids": True}))
+        ours = [int(t.split(":")[1]) for t in r["choices"][0]["logprobs"]["tokens"]]
+        same = 0
+        while same < len(cont) and same < len(ours) and ours[same] == cont[same]:
+            same += 1
+        greedy_match.append(same)
+    chat = post(args.url + "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16,
+                 "stream": True})
+    summary = {
+        "positions": len(diffs),
+        "logprob_abs_diff_max": max(diffs),
+        "logprob_abs_diff_mean": sum(diffs) / len(diffs),
+        "logprob_abs_diff_p99": sorted(diffs)[int(0.99 * (len(diffs) - 1))],
+        "prompt_logprob_seconds": prompt_s,
+        "top1_checked": top1_checked,
+        "top1_agreement": top1_agree / max(1, top1_checked),
+        "greedy_prefix_match": greedy_match,
+        "stream_chunks": chat.count("data: "),
+        "stream_done": chat.strip().endswith("data: [DONE]"),
+    }
+    print(json.dumps(summary, indent=1))
+    json.dump(summary, open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
