@@ -29,6 +29,8 @@ def main():
     args = ap.parse_args()
     ref = json.load(open(args.reference))
     diffs, top1_checked, top1_agree = [], 0, 0
+    diffs_fp32, hf_bf16_vs_fp32 = [], []
+    has_fp32 = bool(ref.get("logprobs_fp32"))
     t0 = time.time()
     for k, ids in enumerate(ref["prompts"]):
         r = json.loads(post(args.url + "/v1/completions",
@@ -38,6 +40,10 @@ def main():
         ours = lp["token_logprobs"][:len(ids)]
         for a, b in zip(ours[1:], ref["logprobs"][k][1:]):
             diffs.append(abs(a - b))
+        if has_fp32:
+            for a, b, h in zip(ours[1:], ref["logprobs_fp32"][k][1:], ref["logprobs"][k][1:]):
+                diffs_fp32.append(abs(a - b))
+                hf_bf16_vs_fp32.append(abs(h - b))
         # Teacher-forced top-1: top_logprobs[j] is our distribution for token j; HF's top1[j-1].
         for j in range(1, len(ids)):
             alt = lp["top_logprobs"][j]
@@ -61,7 +67,14 @@ def main():
     chat = post(args.url + "/v1/chat/completions",
                 {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16,
                  "stream": True})
+    def stats(v):
+        if not v:
+            return None
+        s = sorted(v)
+        return {"mean": sum(v) / len(v), "p99": s[int(0.99 * (len(s) - 1))], "max": s[-1]}
     summary = {
+        "ours_vs_hf_fp32": stats(diffs_fp32),
+        "hf_bf16_vs_hf_fp32": stats(hf_bf16_vs_fp32),
         "positions": len(diffs),
         "logprob_abs_diff_max": max(diffs),
         "logprob_abs_diff_mean": sum(diffs) / len(diffs),

@@ -61,21 +61,30 @@ def main():
     print(f"built and saved {args.arch} in {time.time() - t0:.1f} s", flush=True)
     gen = torch.Generator().manual_seed(1)
     vocab = min(cfg.vocab_size, 50000)  # ordinary tokens, no specials
-    ref = {"prompts": [], "logprobs": [], "top1": [], "margin": [], "greedy": []}
+    ref = {"prompts": [], "logprobs": [], "top1": [], "margin": [], "greedy": [],
+           "logprobs_fp32": [], "top1_fp32": [], "margin_fp32": []}
+    def score(m, ids, suffix):
+        logits = m(ids.unsqueeze(0).cuda()).logits[0].float()
+        lp = torch.log_softmax(logits, dim=-1)
+        top = torch.topk(logits, 2, dim=-1)
+        ref["logprobs" + suffix].append(
+            [None] + [float(lp[i, ids[i + 1]]) for i in range(args.len - 1)])
+        ref["top1" + suffix].append(top.indices[:, 0].tolist())
+        ref["margin" + suffix].append((top.values[:, 0] - top.values[:, 1]).tolist())
+    prompts = [torch.randint(0, vocab, (args.len,), generator=gen) for _ in range(args.prompts)]
     with torch.no_grad():
-        for _ in range(args.prompts):
-            ids = torch.randint(0, vocab, (args.len,), generator=gen)
-            logits = model(ids.unsqueeze(0).cuda()).logits[0].float()
-            lp = torch.log_softmax(logits, dim=-1)
-            top = torch.topk(logits, 2, dim=-1)
+        for ids in prompts:
             ref["prompts"].append(ids.tolist())
-            ref["logprobs"].append([None] + [float(lp[i, ids[i + 1]]) for i in range(args.len - 1)])
-            ref["top1"].append(top.indices[:, 0].tolist())
-            ref["margin"].append((top.values[:, 0] - top.values[:, 1]).tolist())
+            score(model, ids, "")
         for p in ref["prompts"][:4]:
             out = model.generate(torch.tensor([p]).cuda(), max_new_tokens=args.greedy,
                                  do_sample=False, eos_token_id=None, pad_token_id=0)
             ref["greedy"].append(out[0, len(p):].tolist())
+        # The same weights computed in fp32: the yardstick for what bf16 rounding alone costs
+        # (HF bf16 vs HF fp32), against which our bf16 error (ours vs HF fp32) is judged.
+        model = model.float()
+        for ids in prompts:
+            score(model, ids, "_fp32")
     (args.out / "reference.json").write_text(json.dumps(ref))
     print(f"reference written ({args.prompts} x {args.len})", flush=True)
 
