@@ -8,6 +8,8 @@ cd "$XSERV_ROOT"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   python3 scripts/bench/hf_tokenizer_throughput.py --assets .assets
   for t in qwen3 gpt-oss llama3 gpt2; do
-    echo "xserv $t: $(.bundle/bin/xserv-tokenizer-bench --tokenizer .assets/tokenizers/$t --text .assets/text/moby-dick.txt 2>&1 | tail -3 | tr '\n' ' ')"
+    echo "== xserv $t"
+    .bundle/bin/xserv-tokenizer-bench --tokenizer .assets/tokenizers/$t \
+      --text .assets/text/moby-dick.txt 2>&1 | grep -E "encode|decode"
   done
 } 2>&1 | tee "$OUT/tokenizer-bench.txt"
