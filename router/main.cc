@@ -4,8 +4,6 @@
 // Start-up: load the tokenizer and chat template from --model, probe the replicas until one
 // answers Info (context length, vocabulary), then serve. SIGTERM/SIGINT: refuse new requests
 // (503), let in-flight ones finish within --drain-timeout-s, stop, exit 0.
-#include <signal.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/shutdown_signals.h"
 #include "router/http/http_server.h"
 #include "router/openai/api_error.h"
 #include "router/server/openai_handlers.h"
@@ -36,16 +35,6 @@ struct RouterFlags {
   double request_timeout_s = 1800;
   RouterLimits limits;
 };
-
-bool WaitForSignal(int timeout_ms) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  const timespec t{.tv_sec = timeout_ms / 1000, .tv_nsec = (timeout_ms % 1000) * 1'000'000L};
-  const int sig = sigtimedwait(&signals, nullptr, &t);
-  return sig == SIGTERM || sig == SIGINT;
-}
 
 int Run(RouterFlags& f) {
   RouterState state;
@@ -70,7 +59,7 @@ int Run(RouterFlags& f) {
   state.pool->Start();
   while (!state.LoadModelInfo()) {
     spdlog::info("waiting for a worker replica to answer Info ({})", f.workers);
-    if (WaitForSignal(500)) return 0;
+    if (WaitForShutdownSignal(std::chrono::milliseconds(500)) != 0) return 0;
     state.pool->ProbeAll();
   }
   spdlog::info("model '{}' ({}): context {}, vocab {}, {} replica(s)", state.model->served_name,
@@ -99,7 +88,7 @@ int Run(RouterFlags& f) {
     std::filesystem::rename(f.port_file + ".tmp", f.port_file);
   }
   spdlog::info("serving OpenAI HTTP on {}:{}", f.host, (*server)->port());
-  while (!WaitForSignal(1000)) {
+  while (WaitForShutdownSignal(std::chrono::seconds(1)) == 0) {
   }
   spdlog::info("draining: refusing new requests, {} in flight", state.in_flight.load());
   state.draining = true;
@@ -118,11 +107,7 @@ int Run(RouterFlags& f) {
 }  // namespace xserv::router
 
 int main(int argc, char** argv) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  xserv::BlockShutdownSignals();
 
   CLI::App app{"xserv-router: OpenAI-compatible HTTP front end over xserv worker replicas"};
   xserv::CommonFlags common;

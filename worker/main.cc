@@ -7,7 +7,6 @@
 // --drain-timeout-s, then abort the rest) and exit 0. A failed engine exits 1 so the supervisor
 // restarts the replica.
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 
 #include <chrono>
 #include <filesystem>
@@ -17,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/flags.h"
+#include "common/shutdown_signals.h"
 #include "common/status.h"
 #include "kernels/cpu/cpu_backend.h"
 #if XSERV_HAVE_CUDA
@@ -190,15 +190,10 @@ int Run(const WorkerFlags& f) {
   }
   spdlog::info("serving xserv.worker.v1.Worker on {}:{}", f.host, bound_port);
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
   int exit_code = 0;
   while (true) {
-    const timespec poll{.tv_sec = 0, .tv_nsec = 200'000'000};
-    const int sig = sigtimedwait(&signals, nullptr, &poll);
-    if (sig == SIGTERM || sig == SIGINT) {
+    const int sig = WaitForShutdownSignal(std::chrono::milliseconds(200));
+    if (sig != 0) {
       spdlog::info("signal {}: draining", sig);
       break;
     }
@@ -227,13 +222,7 @@ int Run(const WorkerFlags& f) {
 }  // namespace xserv::worker
 
 int main(int argc, char** argv) {
-  // Signals are handled synchronously by the main thread (sigtimedwait): block them before any
-  // other thread exists so every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  xserv::BlockShutdownSignals();  // before any thread exists: every thread inherits the mask
 
   CLI::App app{"xserv-worker: serves a model over the internal Worker gRPC service"};
   xserv::CommonFlags common;

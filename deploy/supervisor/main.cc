@@ -1,21 +1,17 @@
 // xserv-supervisor: the main job. Launches workers (one per device or CPU rank) and the router
 // from flags or a JSON topology, heals them, and drains on SIGTERM. See supervisor.h.
-#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "CLI/CLI.hpp"
 #include "common/flags.h"
+#include "common/shutdown_signals.h"
 #include "deploy/supervisor/supervisor.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // handled synchronously in Supervisor::Run
+  xserv::BlockShutdownSignals();  // handled synchronously in Supervisor::Run
 
   CLI::App app{"xserv-supervisor: launches and heals xserv workers and the router"};
   xserv::CommonFlags common;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/shutdown_signals.h"
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
@@ -81,9 +82,7 @@ bool Supervisor::Launch(Child& child) {
     return false;
   }
   if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);  // children handle their own signals
+    UnblockAllSignals();  // children handle their own signals
     for (const std::string& kv : child.env) putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> argv;
     for (const std::string& a : child.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -219,14 +218,9 @@ int Supervisor::Run() {
   const auto start = Clock::now();
   auto last_progress = start;
   bool router_started_once = false;
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
   while (true) {
-    const timespec tick{.tv_sec = 0, .tv_nsec = 100'000'000};
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGTERM || sig == SIGINT) {
+    const int sig = WaitForShutdownSignal(std::chrono::milliseconds(100));
+    if (sig != 0) {
       spdlog::info("signal {}: shutting down", sig);
       Drain();
       spdlog::info("supervisor stopped");
