@@ -54,6 +54,8 @@ struct WorkerFlags {
   bool enable_prefix_caching = true;
   int long_prefill_token_threshold = 0;
   double drain_timeout_s = 30;
+  // Rank layout of this process within its replica (TP x PP) and the replica's id.
+  int tp_size = 1, tp_rank = 0, pp_size = 1, pp_rank = 0, replica_id = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -97,6 +99,12 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block) {
 }
 
 int Run(const WorkerFlags& f) {
+  if (f.tp_size != 1 || f.pp_size != 1 || f.tp_rank != 0 || f.pp_rank != 0) {
+    spdlog::error("tensor/pipeline parallel ranks (--tp-size {} --pp-size {}) are not available "
+                  "yet; this worker serves a whole replica alone",
+                  f.tp_size, f.pp_size);
+    return 2;
+  }
   auto created = CreateBackend(f);
   if (!created.ok()) {
     spdlog::error("{}", created.status().ToString());
@@ -164,8 +172,11 @@ int Run(const WorkerFlags& f) {
   identity.config_json = ReadFile(f.model_dir + "/config.json").value_or("");
   identity.backend = backend.name();
   identity.dtype = std::string(kernels::DTypeName(backend.compute_dtype()));
-  identity.layout.set_tp_size(1);
-  identity.layout.set_pp_size(1);
+  identity.layout.set_tp_size(f.tp_size);
+  identity.layout.set_pp_size(f.pp_size);
+  identity.layout.set_tp_rank(f.tp_rank);
+  identity.layout.set_pp_rank(f.pp_rank);
+  identity.layout.set_replica_id(f.replica_id);
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = num_blocks;
   identity.block_size = f.block_size;
@@ -259,6 +270,12 @@ int main(int argc, char** argv) {
   app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold)
       ->capture_default_str();
   app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
+  app.add_option("--tp-size", f.tp_size, "tensor-parallel ranks in this replica")
+      ->capture_default_str();
+  app.add_option("--tp-rank", f.tp_rank)->capture_default_str();
+  app.add_option("--pp-size", f.pp_size, "pipeline stages in this replica")->capture_default_str();
+  app.add_option("--pp-rank", f.pp_rank)->capture_default_str();
+  app.add_option("--replica-id", f.replica_id, "reported in Info")->capture_default_str();
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-worker")) return *code;
   return xserv::worker::Run(f);
 }

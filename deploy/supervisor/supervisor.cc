@@ -59,7 +59,8 @@ std::vector<std::string> Supervisor::WorkerArgv(int replica, int rank) const {
                                    "--model", topology_.model_dir,
                                    "--backend", topology_.backend,
                                    "--host", "127.0.0.1",
-                                   "--port", std::to_string(topology_.WorkerPort(replica, rank))};
+                                   "--port", std::to_string(topology_.WorkerPort(replica, rank)),
+                                   "--replica-id", std::to_string(replica)};
   argv.insert(argv.end(), topology_.worker_args.begin(), topology_.worker_args.end());
   return argv;
 }
