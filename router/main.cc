@@ -1,9 +1,9 @@
-// xserv-router: the OpenAI-compatible HTTP front end (and, later, the public gRPC API) over one
-// or more worker replicas. Stateless: restarting it loses only its in-flight requests.
+// xserv-router: the OpenAI-compatible HTTP front end and the public gRPC API (xserv.v1.Generation)
+// over one or more worker replicas. Stateless: restarting it loses only its in-flight requests.
 //
 // Start-up: load the tokenizer and chat template from --model, probe the replicas until one
-// answers Info (context length, vocabulary), then serve. SIGTERM/SIGINT: refuse new requests
-// (503), let in-flight ones finish within --drain-timeout-s, stop, exit 0.
+// answers Info (context length, vocabulary), then serve HTTP and gRPC. SIGTERM/SIGINT: refuse new
+// requests (503), let in-flight ones finish within --drain-timeout-s, stop, exit 0.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
+#include "router/grpc/grpc_server.h"
 #include "router/http/http_server.h"
 #include "router/openai/api_error.h"
 #include "router/server/openai_handlers.h"
@@ -30,11 +31,20 @@ struct RouterFlags {
   int http_port = 8080;
   int grpc_port = 50051;
   std::string port_file;
+  std::string grpc_port_file;
   int http_threads = 2;
+  int grpc_threads = 2;
   double drain_timeout_s = 30;
   double request_timeout_s = 1800;
   RouterLimits limits;
 };
+
+// Written atomically (rename), so a reader never sees a partial number.
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  std::ofstream(path + ".tmp") << port << "\n";
+  std::filesystem::rename(path + ".tmp", path);
+}
 
 int Run(RouterFlags& f) {
   RouterState state;
@@ -83,11 +93,19 @@ int Run(RouterFlags& f) {
     spdlog::error("HTTP server: {}", server.status().ToString());
     return 1;
   }
-  if (!f.port_file.empty()) {
-    std::ofstream(f.port_file + ".tmp") << (*server)->port() << "\n";
-    std::filesystem::rename(f.port_file + ".tmp", f.port_file);
+  grpc_api::GrpcServerOptions grpc_options{
+      .host = f.host, .port = f.grpc_port, .threads = f.grpc_threads};
+  auto grpc_server = grpc_api::GrpcServer::Start(grpc_options, state);
+  if (!grpc_server.ok()) {
+    spdlog::error("gRPC server: {}", grpc_server.status().ToString());
+    (*server)->Stop();
+    return 1;
   }
-  spdlog::info("serving OpenAI HTTP on {}:{}", f.host, (*server)->port());
+  // The gRPC port file first: whoever waits for the HTTP port file finds both.
+  WritePortFile(f.grpc_port_file, (*grpc_server)->port());
+  WritePortFile(f.port_file, (*server)->port());
+  spdlog::info("serving OpenAI HTTP on {}:{}, gRPC xserv.v1.Generation on {}:{}", f.host,
+               (*server)->port(), f.host, (*grpc_server)->port());
   while (WaitForShutdownSignal(std::chrono::seconds(1)) == 0) {
   }
   spdlog::info("draining: refusing new requests, {} in flight", state.in_flight.load());
@@ -97,6 +115,7 @@ int Run(RouterFlags& f) {
   while ((state.in_flight > 0 || state.queued > 0) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  (*grpc_server)->Stop();
   (*server)->Stop();
   state.pool->Stop();
   spdlog::info("stopped");
@@ -109,7 +128,9 @@ int Run(RouterFlags& f) {
 int main(int argc, char** argv) {
   xserv::BlockShutdownSignals();
 
-  CLI::App app{"xserv-router: OpenAI-compatible HTTP front end over xserv worker replicas"};
+  CLI::App app{
+      "xserv-router: OpenAI-compatible HTTP and public gRPC front end over xserv worker "
+      "replicas"};
   xserv::CommonFlags common;
   xserv::AddCommonFlags(app, common);
   xserv::router::RouterFlags f;
@@ -120,9 +141,13 @@ int main(int argc, char** argv) {
   app.add_option("--host", f.host)->capture_default_str();
   app.add_option("--http-port", f.http_port, "0: any free port")->capture_default_str();
   app.add_option("--port", f.http_port, "alias of --http-port");
-  app.add_option("--grpc-port", f.grpc_port, "public gRPC port (not served yet)")
+  app.add_option("--grpc-port", f.grpc_port, "public gRPC port (xserv.v1.Generation); 0: any free")
       ->capture_default_str();
   app.add_option("--port-file", f.port_file, "write the bound HTTP port here once serving");
+  app.add_option("--grpc-port-file", f.grpc_port_file,
+                 "write the bound gRPC port here once serving");
+  app.add_option("--grpc-threads", f.grpc_threads, "threads running gRPC Generate streams")
+      ->capture_default_str();
   app.add_option("--http-threads", f.http_threads)->capture_default_str();
   app.add_option("--api-key", f.limits.api_key, "require 'Authorization: Bearer KEY'")
       ->envname("XSERV_API_KEY");
