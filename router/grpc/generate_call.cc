@@ -8,6 +8,7 @@
 
 #include "common/grpc/status_conversion.h"
 #include "router/grpc/request_conversion.h"
+#include "router/server/admission.h"
 #include "router/server/generation_run.h"
 #include "spdlog/spdlog.h"
 
@@ -17,53 +18,6 @@ namespace asio = boost::asio;
 namespace v1 = xserv::v1;
 
 namespace {
-
-// An in-flight slot of RouterState held for the life of one call. The same counters, limits and
-// queueing as the HTTP handlers' admission, so both APIs share one budget: take a slot at once,
-// else wait in the bounded queue (polling, as HTTP does) up to limits.queue_timeout.
-class Admission {
- public:
-  explicit Admission(RouterState& state) : state_(state) {}
-  ~Admission() {
-    if (admitted_) --state_.in_flight;
-  }
-  Admission(const Admission&) = delete;
-  Admission& operator=(const Admission&) = delete;
-
-  // False: over the limits, timed out in the queue, or `gone()` (the client left) while queued.
-  asio::awaitable<bool> Acquire(const std::function<bool()>& gone) {
-    if (TryTake()) co_return true;
-    if (++state_.queued > state_.limits.max_queued) {
-      --state_.queued;
-      co_return false;
-    }
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    const auto deadline = std::chrono::steady_clock::now() + state_.limits.queue_timeout;
-    bool ok = false;
-    while (std::chrono::steady_clock::now() < deadline && !gone()) {
-      if (TryTake()) {
-        ok = true;
-        break;
-      }
-      timer.expires_after(std::chrono::milliseconds(5));
-      boost::system::error_code ec;
-      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-    --state_.queued;
-    co_return ok;
-  }
-
- private:
-  bool TryTake() {
-    int current = state_.in_flight.load();
-    while (current < state_.limits.max_in_flight) {
-      if (state_.in_flight.compare_exchange_weak(current, current + 1)) return admitted_ = true;
-    }
-    return false;
-  }
-  RouterState& state_;
-  bool admitted_ = false;
-};
 
 // The public Chunk for one update of the (single) choice; empty when it carries nothing.
 v1::Chunk ToChunk(ChoiceUpdate& u, const TokenRenderer& tokens) {

@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <array>
-#include <exception>
-#include <limits>
-#include <utility>
-
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <exception>
+#include <limits>
+#include <utility>
 
 #include "spdlog/spdlog.h"
 
@@ -37,7 +36,8 @@ std::string FormatRemote(const asio::ip::tcp::socket& socket) {
   error_code ec;
   asio::ip::tcp::endpoint ep = socket.remote_endpoint(ec);
   if (ec) return "?";
-  if (ep.address().is_v6()) return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
+  if (ep.address().is_v6())
+    return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
@@ -211,7 +211,8 @@ asio::awaitable<void> Connection::Close(bool linger) {
   if (linger && !ec) {
     // Drain what the client is still sending, so that closing with unread input does not reset
     // the connection before the client has read our last response.
-    SetDeadline(read_deadline_, std::min<Clock::duration>(kLingerTime, shared_->options.read_timeout));
+    SetDeadline(read_deadline_,
+                std::min<Clock::duration>(kLingerTime, shared_->options.read_timeout));
     std::array<char, 4096> sink;
     size_t total = 0;
     while (total < kLingerMaxBytes) {
@@ -237,6 +238,18 @@ asio::awaitable<Connection::ReadResult> Connection::ReadRequest(HttpRequest& req
   SetDeadline(read_deadline_, options.read_timeout);  // whole request, not per read (slowloris)
   error_code ec;
   co_await bhttp::async_read_header(socket_, buffer_, parser, Redirect(ec));
+  // Beast 1.74 applies header_limit per parse window, so a head of many small fields that
+  // arrives in one read can pass it: measure the whole head once it is parsed.
+  if (!ec) {
+    const auto& head = parser.get();
+    size_t head_bytes = head.method_string().size() + head.target().size() + 12;
+    for (const auto& field : head)
+      head_bytes += field.name_string().size() + field.value().size() + 4;
+    if (head_bytes > options.max_header_bytes) {
+      read_deadline_ = Clock::time_point::max();
+      co_return ReadResult{431, "request header fields too large"};
+    }
+  }
   if (!ec && !parser.is_done()) {
     if (EqualsIgnoreCase(ToStd(parser.get()[bhttp::field::expect]), "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -302,7 +315,7 @@ asio::awaitable<bool> Connection::Handle(const HttpRequest& request) {
   ReleaseWriteGate();
   co_await StopWatcher();
   responder_ = nullptr;
-  co_return responder.keep_alive() && request.keep_alive && keep_alive_allowed();
+  co_return responder.keep_alive() && request.keep_alive&& keep_alive_allowed();
 }
 
 asio::awaitable<void> Connection::SendErrorAndClose(int status, std::string_view message) {
@@ -320,18 +333,17 @@ void Connection::StartWatcher() {
   if (watcher_active_ || peer_closed_ || !socket_.is_open()) return;
   if (buffer_.size() + kWatchReadBytes > buffer_.max_size()) return;  // pipelined bytes pile up
   watcher_active_ = true;
-  socket_.async_read_some(
-      buffer_.prepare(kWatchReadBytes),
-      [self = shared_from_this()](const error_code& ec, size_t n) {
-        self->watcher_active_ = false;
-        self->watcher_timer_.cancel();
-        if (!ec) {
-          self->buffer_.commit(n);  // a pipelined request: parsed after this response
-        } else if (ec != asio::error::operation_aborted) {
-          self->peer_closed_ = true;
-          self->MarkClientGone("peer closed the connection");
-        }
-      });
+  socket_.async_read_some(buffer_.prepare(kWatchReadBytes), [self = shared_from_this()](
+                                                                const error_code& ec, size_t n) {
+    self->watcher_active_ = false;
+    self->watcher_timer_.cancel();
+    if (!ec) {
+      self->buffer_.commit(n);  // a pipelined request: parsed after this response
+    } else if (ec != asio::error::operation_aborted) {
+      self->peer_closed_ = true;
+      self->MarkClientGone("peer closed the connection");
+    }
+  });
 }
 
 asio::awaitable<void> Connection::StopWatcher() {
@@ -409,10 +421,9 @@ void Connection::MaybePing() {
   }
   write_in_flight_ = true;
   SetDeadline(write_deadline_, shared_->options.write_timeout);
-  asio::async_write(socket_, asio::buffer(ping_bytes_.data(), ping_bytes_.size()),
-                    [self = shared_from_this()](const error_code& ec, size_t) {
-                      self->FinishWrite(ec);
-                    });
+  asio::async_write(
+      socket_, asio::buffer(ping_bytes_.data(), ping_bytes_.size()),
+      [self = shared_from_this()](const error_code& ec, size_t) { self->FinishWrite(ec); });
 }
 
 // ---- Watchdog ----

@@ -6,6 +6,7 @@
 #include "router/openai/prepare.h"
 #include "router/openai/request.h"
 #include "router/openai/responses.h"
+#include "router/server/admission.h"
 #include "router/server/generation_run.h"
 #include "spdlog/spdlog.h"
 
@@ -26,48 +27,6 @@ asio::awaitable<void> SendError(HttpResponder& res, const ApiError& e) {
   if (e.http_status == 429) extra.emplace_back("Retry-After", "1");
   co_await SendJson(res, e.http_status, e.ToJson(), std::move(extra));
 }
-
-// An in-flight slot held for the life of a generation request.
-class Admission {
- public:
-  explicit Admission(RouterState& state) : state_(state) {}
-  ~Admission() {
-    if (admitted_) --state_.in_flight;
-  }
-  // Waits (bounded) for a slot; false means 429.
-  asio::awaitable<bool> Acquire() {
-    if (TryTake()) co_return true;
-    if (++state_.queued > state_.limits.max_queued) {
-      --state_.queued;
-      co_return false;
-    }
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    const auto deadline = std::chrono::steady_clock::now() + state_.limits.queue_timeout;
-    bool ok = false;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (TryTake()) {
-        ok = true;
-        break;
-      }
-      timer.expires_after(std::chrono::milliseconds(5));
-      boost::system::error_code ec;
-      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-    --state_.queued;
-    co_return ok;
-  }
-
- private:
-  bool TryTake() {
-    int current = state_.in_flight.load();
-    while (current < state_.limits.max_in_flight) {
-      if (state_.in_flight.compare_exchange_weak(current, current + 1)) return admitted_ = true;
-    }
-    return false;
-  }
-  RouterState& state_;
-  bool admitted_ = false;
-};
 
 ApiError Unauthorized() {
   return ApiError::FromStatus(absl::UnauthenticatedError(
