@@ -1,6 +1,7 @@
-// xserv-cpu-bench: prefill and decode throughput of a model on the CPU backend.
+// xserv-engine-bench: prefill and decode throughput of a model on the CPU or CUDA backend, without
+// the scheduler or HTTP (greedy, fixed lengths, argmax of the logits on the host each step).
 //
-//   xserv-cpu-bench --model DIR [--prompt-len 128] [--gen-len 64] [--batch 1,4] [--threads N]
+//   xserv-engine-bench --model DIR [--backend cpu|cuda] [--prompt-len 128] [--gen-len 64] [--batch 1,4] [--threads N]
 //                   [--repeats 3]
 //
 // For each batch size B: B random prompts of prompt-len tokens are prefilled in one step (after
@@ -25,6 +26,9 @@
 #include "common/status.h"
 #include "common/version.h"
 #include "kernels/cpu/cpu_backend.h"
+#if XSERV_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "worker/model/batch_builder.h"
@@ -43,6 +47,7 @@ struct BenchConfig {
   int gen_len = 64;
   std::vector<int> batches;
   int threads = 1;
+  std::string backend = "cpu";
   int repeats = 3;
   int64_t block_size = 16;
   uint64_t seed = 0;
@@ -186,8 +191,8 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"experts", c.moe.num_experts},
         {"vocab", c.vocab_size}}},
       {"config",
-       {{"backend", "cpu"},
-        {"compute_dtype", "f32"},
+       {{"backend", cfg.backend},
+        {"compute_dtype", cfg.backend == "cuda" ? "bf16" : "f32"},
         {"prompt_len", cfg.prompt_len},
         {"gen_len", cfg.gen_len},
         {"block_size", cfg.block_size},
@@ -199,8 +204,19 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
 absl::Status Run(const BenchConfig& cfg) {
   const int max_batch = *std::max_element(cfg.batches.begin(), cfg.batches.end());
   const int max_tokens = max_batch * cfg.prompt_len;
-  xserv::kernels::cpu::CpuBackend backend(
-      xserv::kernels::cpu::CpuBackendOptions{.num_threads = cfg.threads});
+  std::unique_ptr<xserv::kernels::Backend> owned;
+  if (cfg.backend == "cpu") {
+    owned = std::make_unique<xserv::kernels::cpu::CpuBackend>(
+        xserv::kernels::cpu::CpuBackendOptions{.num_threads = cfg.threads});
+#if XSERV_HAVE_CUDA
+  } else if (cfg.backend == "cuda") {
+    ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create({.device = 0}));
+    owned = std::move(cuda);
+#endif
+  } else {
+    return absl::InvalidArgumentError("backend " + cfg.backend + " is not available in this build");
+  }
+  xserv::kernels::Backend& backend = *owned;
   ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m,
                    model::LoadModel(cfg.model_dir, backend,
                                     model::ModelLoadOptions{.max_num_tokens = max_tokens}));
@@ -223,10 +239,10 @@ absl::Status Run(const BenchConfig& cfg) {
   Runner runner(backend, *m, kv, builder, logits.view());
 
   std::vector<BatchResult> results;
-  std::printf("model %s: %s, %lld layers, hidden %lld, vocab %lld; cpu backend, %d threads\n",
+  std::printf("model %s: %s, %lld layers, hidden %lld, vocab %lld; %s backend, %d threads\n",
               cfg.model_dir.c_str(), c.model_type.c_str(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
-              cfg.threads);
+              cfg.backend.c_str(), cfg.threads);
   std::printf("%6s %7s %5s %15s %14s %15s\n", "batch", "prompt", "gen", "prefill tok/s",
               "decode tok/s", "decode ms/step");
   for (int batch : cfg.batches) {
@@ -244,7 +260,7 @@ absl::Status Run(const BenchConfig& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"CPU backend prefill and decode throughput (greedy, fixed lengths)"};
+  CLI::App app{"Engine prefill and decode throughput (greedy, fixed lengths, no scheduler/HTTP)"};
   xserv::CommonFlags common;
   xserv::AddCommonFlags(app, common);
   BenchConfig cfg;
@@ -258,13 +274,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--batch", batches, "comma-separated batch sizes")->capture_default_str();
+  app.add_option("--backend", cfg.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", cfg.threads, "CPU threads")->capture_default_str()->check(
       CLI::PositiveNumber);
   app.add_option("--repeats", cfg.repeats, "measured runs per batch size; the fastest is reported")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed of the random prompts")->capture_default_str();
-  if (auto exit_code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-cpu-bench")) {
+  if (auto exit_code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-engine-bench")) {
     return *exit_code;
   }
   for (absl::string_view part : absl::StrSplit(batches, ',', absl::SkipEmpty())) {
