@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the GPU host: a random model of a real architecture (transformers, bf16) timed with
+# xserv-engine-bench on the CUDA backend (no scheduler, no HTTP). Writes $OUT/engine-bench-ARCH.txt.
+# Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2] [batches, default 1,8,32]
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$XSERV_ROOT"
+arch=${1:-qwen3-8b}
+batches=${2:-1,8,32}
+case $arch in
+  qwen3*) tok=qwen3 ;; llama3*) tok=llama3 ;; gpt2) tok=gpt2 ;; *) echo "unknown arch" >&2; exit 2 ;;
+esac
+work=$(mktemp -d)
+export PYTHONUNBUFFERED=1
+python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
+  --out "$work" --prompts 1 --len 8 --greedy 1 >/dev/null 2>&1
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit: $XSERV_COMMIT"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \
+    --gen-len 64 --batch "$batches" --repeats 3 2>&1 | grep -v "^\s*$"
+} | tee "$OUT/engine-bench-$arch.txt"
+rm -rf "$work"
