@@ -110,7 +110,15 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
     (*w.mutable_logit_bias())[id] = bias;
   }
   if (s.seed) w.set_seed(*s.seed);
-  if (s.max_tokens && *s.max_tokens > 0) w.set_max_tokens(*s.max_tokens);
+  if (s.max_tokens && *s.max_tokens == 0) {
+    if (!request.echo) {
+      return ApiError::Invalid("'max_tokens' 0 is only allowed with 'echo': true", "max_tokens");
+    }
+    g.prompt_only = true;
+    w.set_max_tokens(1);
+  } else if (s.max_tokens) {
+    w.set_max_tokens(*s.max_tokens);
+  }
   if (s.min_tokens) w.set_min_tokens(*s.min_tokens);
   w.set_ignore_eos(s.ignore_eos);
   for (uint32_t id : s.stop_token_ids) w.add_stop_token_ids(id);

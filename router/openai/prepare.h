@@ -27,6 +27,9 @@ struct PreparedGeneration {
   output::OutputPipelineParams output;
   uint32_t n = 1;
   bool prompt_logprobs = false;  // completions echo + logprobs
+  // Completions with echo and max_tokens 0: only the prompt (and its logprobs) is returned; the
+  // worker still generates one token, which is dropped and not counted.
+  bool prompt_only = false;
 };
 
 ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const ModelContext& model);

@@ -144,7 +144,8 @@ void GenerationRun::Handle(Event& e, std::vector<ChoiceUpdate>& updates) {
     const wv1::TokenDelta& d = w.delta;
     for (const auto& p : d.prompt_logprobs()) c.prompt_logprobs.push_back(p);
     for (const auto& p : d.prompt_logprobs()) u.prompt_logprobs.push_back(p);
-    if (d.token_ids_size() == 0) {
+    if (!u.prompt_logprobs.empty()) c.got_tokens = true;  // output reached the client: no retry
+    if (d.token_ids_size() == 0 || prepared_.prompt_only) {  // prompt_only: drop the token
       if (!u.prompt_logprobs.empty()) updates.push_back(std::move(u));
       return;
     }
@@ -176,7 +177,7 @@ void GenerationRun::Handle(Event& e, std::vector<ChoiceUpdate>& updates) {
   const wv1::Finished& f = w.finished;
   c.prompt_tokens = f.prompt_tokens();
   c.cached_tokens = f.cached_prompt_tokens();
-  c.completion_tokens = f.completion_tokens();
+  c.completion_tokens = prepared_.prompt_only ? 0 : f.completion_tokens();
   state_.metrics.ObserveQueueTime(f.queue_time_s());
   switch (f.reason()) {
     case wv1::FINISH_REASON_STOP: {

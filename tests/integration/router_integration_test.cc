@@ -181,6 +181,20 @@ TEST_F(RouterTest, EchoPromptLogprobsEqualTheWorkers) {
   EXPECT_EQ(lp["tokens"].size(), n + 1);  // prompt + the generated token
 }
 
+TEST_F(RouterTest, EchoWithZeroMaxTokensReturnsOnlyThePrompt) {
+  const std::string prompt = "Once upon a time there was";
+  json body = {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}};
+  const json j = Post(port(), "/v1/completions", body).Json();
+  ASSERT_TRUE(j.contains("choices")) << j.dump();
+  EXPECT_EQ(j["choices"][0]["text"], prompt);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  const size_t n = Post(port(), "/tokenize", json{{"prompt", prompt}}).Json()["count"];
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), n);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], n);
+  body["echo"] = false;
+  EXPECT_EQ(Post(port(), "/v1/completions", body).status, 400);
+}
+
 TEST_F(RouterTest, ClientDisconnectFreesWorkerKv) {
   namespace asio = boost::asio;
   asio::io_context io;
@@ -217,7 +231,9 @@ TEST_F(RouterTest, MalformedRequestsGetOpenAiErrorsAndServingContinues) {
     const json j = r.Json();
     ASSERT_TRUE(j.contains("error")) << r.body;
     EXPECT_TRUE(j["error"]["message"].is_string());
-    if (!param.empty()) EXPECT_EQ(j["error"]["param"], param) << r.body;
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << r.body;
+    }
   };
   expect_error("{not json", 400, "");
   expect_error("[]", 400, "");
