@@ -47,8 +47,12 @@ class RouterTest : public ::testing::Test {
         << router_->Log();
   }
   static void TearDownTestSuite() {
-    if (router_) EXPECT_EQ(router_->Stop(SIGTERM), 0) << router_->Log();
-    if (worker_) EXPECT_EQ(worker_->Stop(SIGTERM), 0) << worker_->Log();
+    if (router_) {
+      EXPECT_EQ(router_->Stop(SIGTERM), 0) << router_->Log();
+    }
+    if (worker_) {
+      EXPECT_EQ(worker_->Stop(SIGTERM), 0) << worker_->Log();
+    }
     delete router_;
     delete worker_;
     router_ = worker_ = nullptr;
@@ -116,7 +120,9 @@ TEST_F(RouterTest, StreamingEqualsNonStreamingAndEndsWithUsageAndDone) {
       continue;
     }
     const json& delta = chunk["choices"][0]["delta"];
-    if (i == 0) EXPECT_EQ(delta["role"], "assistant");
+    if (i == 0) {
+      EXPECT_EQ(delta["role"], "assistant");
+    }
     if (delta.contains("content")) content += delta["content"].get<std::string>();
     if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
   }
