@@ -15,32 +15,38 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-absl::StatusOr<WeightLoader> WeightLoader::Open(const std::string& dir,
-                                                kernels::Backend& backend) {
+absl::StatusOr<WeightLoader> WeightLoader::Open(const std::string& dir, kernels::Backend& backend) {
   auto checkpoint = safetensors::SafetensorsModel::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
   return WeightLoader(dir, std::move(*checkpoint), backend);
 }
 
-bool WeightLoader::ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
-                              std::vector<float>& out) {
+std::optional<safetensors::TensorView> WeightLoader::Lookup(const std::string& name,
+                                                            const std::vector<int64_t>& shape) {
   used_.insert(name);
   auto view = checkpoint_.Tensor(name);
   if (!view.ok()) {
     problems_.push_back(absl::StrCat("missing tensor ", name, " ", ShapeString(shape)));
-    return false;
+    return std::nullopt;
   }
   if (view->shape != shape) {
     problems_.push_back(absl::StrCat("tensor ", name, " has shape ", ShapeString(view->shape),
                                      ", expected ", ShapeString(shape)));
-    return false;
+    return std::nullopt;
   }
+  bytes_loaded_ += view->data.size();
+  return std::move(*view);
+}
+
+bool WeightLoader::ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
+                                  std::vector<float>& out) {
+  auto view = Lookup(name, shape);
+  if (!view) return false;
   out.resize(view->NumElements());
   if (auto status = safetensors::ConvertToFloat(view->dtype, view->data, out); !status.ok()) {
     problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
     return false;
   }
-  bytes_loaded_ += view->data.size();
   return true;
 }
 
@@ -51,23 +57,27 @@ kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t>
 kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t> shape,
                                    kernels::DType dtype) {
   std::vector<float> host;
-  if (!ReadHostFloats(name, shape, host)) return {};
-  auto buffer = backend_->Allocate(kernels::DType::kF32, shape);
-  if (!buffer.ok() || !backend_->CopyFromHost(host.data(), buffer->view()).ok()) {
-    problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
-    return {};
+  {
+    auto view = Lookup(name, shape);
+    if (!view) return {};
+    if (view->dtype == dtype) {  // stored as wanted (e.g. bf16 on CUDA): one copy, no conversion
+      auto buffer = backend_->Allocate(dtype, shape);
+      if (!buffer.ok() || !backend_->CopyFromHost(view->data.data(), buffer->view()).ok()) {
+        problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
+        return {};
+      }
+      return std::move(*buffer);
+    }
+    host.resize(view->NumElements());
+    if (auto status = safetensors::ConvertToFloat(view->dtype, view->data, host); !status.ok()) {
+      problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+      return {};
+    }
   }
-  if (dtype == kernels::DType::kF32) return std::move(*buffer);
-  auto converted = backend_->Allocate(dtype, shape);
-  if (!converted.ok() || !backend_->Convert(buffer->view(), converted->view()).ok()) {
-    problems_.push_back(absl::StrCat("tensor ", name, ": conversion failed"));
-    return {};
-  }
-  return std::move(*converted);
+  return Upload(host, shape, dtype);
 }
 
-kernels::Buffer WeightLoader::TakeTransposed(const std::string& name, int64_t rows,
-                                             int64_t cols) {
+kernels::Buffer WeightLoader::TakeTransposed(const std::string& name, int64_t rows, int64_t cols) {
   std::vector<float> host;
   if (!ReadHostFloats(name, {cols, rows}, host)) return {};
   std::vector<float> transposed(host.size());
@@ -79,34 +89,32 @@ kernels::Buffer WeightLoader::TakeTransposed(const std::string& name, int64_t ro
 
 std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name, std::vector<int64_t> shape,
                                              kernels::DType dtype) {
-  used_.insert(name);
-  auto view = checkpoint_.Tensor(name);
-  if (!view.ok()) {
-    problems_.push_back(absl::StrCat("missing tensor ", name, " ", ShapeString(shape)));
-    return {};
-  }
-  if (view->shape != shape || view->dtype != dtype) {
+  auto view = Lookup(name, shape);
+  if (!view) return {};
+  if (view->dtype != dtype) {
     problems_.push_back(absl::StrCat("tensor ", name, " is ",
                                      std::string(safetensors::DTypeName(view->dtype)),
-                                     ShapeString(view->shape), ", expected ",
-                                     std::string(safetensors::DTypeName(dtype)),
-                                     ShapeString(shape)));
+                                     ", expected ", std::string(safetensors::DTypeName(dtype))));
     return {};
   }
-  bytes_loaded_ += view->data.size();
   std::vector<uint8_t> bytes(view->data.size());
   std::memcpy(bytes.data(), view->data.data(), bytes.size());
   return bytes;
 }
 
 kernels::Buffer WeightLoader::Upload(const std::vector<float>& values, std::vector<int64_t> shape) {
+  return Upload(values, std::move(shape), backend_->compute_dtype());
+}
+
+kernels::Buffer WeightLoader::Upload(const std::vector<float>& values, std::vector<int64_t> shape,
+                                     kernels::DType dtype) {
   auto buffer = backend_->Allocate(kernels::DType::kF32, shape);
   if (!buffer.ok() || !backend_->CopyFromHost(values.data(), buffer->view()).ok()) {
     problems_.push_back(absl::StrCat("upload of ", ShapeString(shape), " failed"));
     return {};
   }
-  if (backend_->compute_dtype() == kernels::DType::kF32) return std::move(*buffer);
-  auto converted = backend_->Allocate(backend_->compute_dtype(), shape);
+  if (dtype == kernels::DType::kF32) return std::move(*buffer);
+  auto converted = backend_->Allocate(dtype, shape);
   if (!converted.ok() || !backend_->Convert(buffer->view(), converted->view()).ok()) {
     problems_.push_back(absl::StrCat("conversion of ", ShapeString(shape), " failed"));
     return {};
@@ -122,8 +130,8 @@ absl::Status WeightLoader::Finish() const {
     if (!used_.contains(name)) problems.push_back(absl::StrCat("unexpected tensor ", name));
   }
   if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("model directory ", dir_, ": ",
-                                                 absl::StrJoin(problems, "; ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model directory ", dir_, ": ", absl::StrJoin(problems, "; ")));
 }
 
 }  // namespace xserv::model

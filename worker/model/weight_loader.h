@@ -5,6 +5,7 @@
 // Used only during model loading, on one thread. The checkpoint stays mapped while it lives.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,8 +37,10 @@ class WeightLoader {
   // the same shape check; false when missing or misshapen (recorded).
   bool ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
                       std::vector<float>& out);
-  // Uploads host floats produced by the caller into a new tensor of the compute dtype.
+  // Uploads host floats produced by the caller into a new tensor of the compute dtype (or `dtype`).
   kernels::Buffer Upload(const std::vector<float>& values, std::vector<int64_t> shape);
+  kernels::Buffer Upload(const std::vector<float>& values, std::vector<int64_t> shape,
+                         kernels::DType dtype);
 
   // Marks a tensor as deliberately unused (e.g. lm_head.weight of a tied model).
   void Ignore(const std::string& name);
@@ -51,6 +54,10 @@ class WeightLoader {
  private:
   WeightLoader(std::string dir, safetensors::SafetensorsModel checkpoint, kernels::Backend& backend)
       : dir_(std::move(dir)), checkpoint_(std::move(checkpoint)), backend_(&backend) {}
+
+  // The tensor `name` if present with `shape` (marked used, bytes counted); records problems.
+  std::optional<safetensors::TensorView> Lookup(const std::string& name,
+                                                const std::vector<int64_t>& shape);
 
   std::string dir_;
   safetensors::SafetensorsModel checkpoint_;
