@@ -1,4 +1,5 @@
 #include "common/chat_template/lexer.h"
+#include "common/tokenizer/utf8.h"
 
 #include <algorithm>
 #include <cmath>
@@ -454,7 +455,7 @@ class Lexer {
             }
           }
           if (cp > 0x10FFFF) return Error(start, "invalid \\U escape in string literal");
-          py::AppendUtf8(&value, cp);
+          tokenizer::AppendUtf8(cp, &value);
           break;
         }
         default:
@@ -463,7 +464,7 @@ class Lexer {
             for (int k = 0; k < 2 && q < src_.size() && src_[q] >= '0' && src_[q] <= '7'; ++k) {
               cp = cp * 8 + static_cast<uint32_t>(src_[q++] - '0');
             }
-            py::AppendUtf8(&value, cp);
+            tokenizer::AppendUtf8(cp, &value);
           } else if (e == 'N') {
             return Error(start, "\\N{...} escapes are not supported");
           } else {

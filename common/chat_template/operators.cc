@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chat_template/builtins.h"
+#include "common/tokenizer/utf8.h"
 #include "common/chat_template/py_str.h"
 #include "common/chat_template/renderer.h"
 #include "common/status.h"
@@ -128,7 +129,7 @@ absl::StatusOr<Value> FormatPercent(Renderer& r, const std::string& fmt, const V
         }
         long long n = v.is_float() ? static_cast<long long>(v.as_double()) : v.as_int();
         if (conv == 'c') {
-          py::AppendUtf8(&out, static_cast<uint32_t>(n));
+          tokenizer::AppendUtf8(static_cast<char32_t>(n), &out);
           break;
         }
         std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), n);

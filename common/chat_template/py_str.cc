@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/tokenizer/utf8.h"
+
 namespace xserv::chat_template::py {
 namespace {
 
@@ -73,7 +75,7 @@ std::string MapCodePoints(std::string_view s, F f) {
     if (mapped == cp) {
       out.append(s.substr(start, pos - start));  // keeps invalid bytes as they were
     } else {
-      AppendUtf8(&out, mapped);
+      tokenizer::AppendUtf8(mapped, &out);
     }
   }
   return out;
@@ -151,24 +153,6 @@ uint32_t DecodeUtf8(std::string_view s, size_t* pos) {
   }
   *pos = i + len;
   return cp;
-}
-
-void AppendUtf8(std::string* out, uint32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 std::vector<size_t> CodePointOffsets(std::string_view s) {

@@ -19,7 +19,6 @@ namespace xserv::chat_template::py {
 // Decodes the code point starting at `s[*pos]` and advances `*pos`. An invalid byte decodes to
 // itself (0x80..0xFF) and advances by one.
 uint32_t DecodeUtf8(std::string_view s, size_t* pos);
-void AppendUtf8(std::string* out, uint32_t cp);
 
 // Byte offsets of every code point start plus a final s.size(); size() - 1 code points.
 std::vector<size_t> CodePointOffsets(std::string_view s);
