@@ -7,6 +7,7 @@ JSON. Standard library only.
 Usage: python3 e2e_compare.py --url http://127.0.0.1:8080 --reference DIR/reference.json --out F
 """
 import argparse
+import concurrent.futures
 import json
 import math
 import time
@@ -65,6 +66,20 @@ def main():
         while same < len(cont) and same < len(ours) and ours[same] == cont[same]:
             same += 1
         greedy_match.append(same)
+    # Determinism: the same 64 concurrent greedy requests twice must give identical tokens, whatever
+    # the batch composition each request happened to land in.
+    def greedy_batch():
+        def one(k):
+            p = ref["prompts"][k % len(ref["prompts"])][: 32 + 4 * (k % 16)]
+            r = json.loads(post(args.url + "/v1/completions",
+                                {"prompt": p, "max_tokens": 48, "temperature": 0,
+                                 "ignore_eos": True, "logprobs": 0,
+                                 "return_tokens_as_token_ids": True}))
+            return r["choices"][0]["logprobs"]["tokens"]
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            return list(pool.map(one, range(64)))
+    first, second = greedy_batch(), greedy_batch()
+    determinism_identical = sum(a == b for a, b in zip(first, second))
     try:  # models without a chat template (GPT-2) refuse chat with 400: skip the check then
         chat = post(args.url + "/v1/chat/completions",
                     {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16,
@@ -87,6 +102,7 @@ def main():
         "top1_checked": top1_checked,
         "top1_agreement": top1_agree / max(1, top1_checked),
         "greedy_prefix_match": greedy_match,
+        "determinism_64_identical": determinism_identical,
         "stream_chunks": chat.count("data: "),
         "stream_done": chat.strip().endswith("data: [DONE]"),
     }

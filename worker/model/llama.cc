@@ -5,6 +5,10 @@
 //   h = embed(ids)
 //   per layer:  h += o(attn(rope(qknorm(q(n1(h)))), ...));  h += down(silu(gate(n2(h))) * up(n2(h)))
 //   logits = lm_head(norm(h))
+//
+// Observation points (Model::Observe), named like the HF modules whose outputs they match:
+// layers.i.input (h entering layer i), .attn_in (input_layernorm), .attn (attention before o_proj),
+// .attn_out (o_proj), .mlp_in (post_attention_layernorm), .mlp_out (down_proj); final_norm.
 #include "worker/model/architectures.h"
 
 #include "common/status.h"
@@ -60,13 +64,21 @@ class LlamaModel final : public Model {
       } else {  // residual += previous MLP output, then normalise
         RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
       }
-      RETURN_IF_ERROR(RunAttention(b, c, layer.attention, normed, &rope_.view(),
-                                   static_cast<int64_t>(i), in, kv[i], ws_, tokens));
+      const auto layer_index = static_cast<int64_t>(i);
+      Observe(layer_index, "input", residual);
+      Observe(layer_index, "attn_in", normed);
+      RETURN_IF_ERROR(RunAttention(b, c, layer.attention, normed, &rope_.view(), layer_index, in,
+                                   kv[i], ws_, tokens));
+      Observe(layer_index, "attn", ws_.attn.view().SliceRows(0, tokens));
+      Observe(layer_index, "attn_out", block_out);
       RETURN_IF_ERROR(
           b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
+      Observe(layer_index, "mlp_in", normed);
       RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens));
+      Observe(layer_index, "mlp_out", block_out);
     }
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
+    Observe(-1, "final_norm", normed);
     const Tensor& lm_head = c.tie_word_embeddings ? embed_.view() : lm_head_.view();
     return RunLmHead(b, normed, lm_head, in, ws_, logits);
   }

@@ -7,6 +7,12 @@
 
 namespace xserv::model {
 
+void Model::Observe(int64_t layer, const char* what, const kernels::Tensor& activation) const {
+  if (!observer_) return;
+  observer_(layer < 0 ? std::string(what) : "layers." + std::to_string(layer) + "." + what,
+            activation);
+}
+
 absl::Status Model::CheckInputs(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
                                 const kernels::Tensor& logits) const {
   const int64_t tokens = in.token_ids.rank == 1 ? in.token_ids.dim(0) : -1;

@@ -7,6 +7,7 @@
 // The KV cache is owned by the caller (see kv_cache.h) and passed per step.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,6 +31,12 @@ struct ModelLoadOptions {
   int max_num_tokens = 2048;  // most tokens one Forward may take (sizes the workspace)
 };
 
+// Called during Forward with named intermediate activations ("layers.3.attn_out", see each
+// architecture file for the names) so tools can compare them with a reference layer by layer.
+// The tensor is valid only during the call; the backend's stream is not synchronised.
+using ActivationObserver =
+    std::function<void(const std::string& name, const kernels::Tensor& activation)>;
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -42,6 +49,9 @@ class Model {
   virtual absl::Status Forward(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
                                const kernels::Tensor& logits) = 0;
 
+  // Empty (the default) costs nothing; architectures without observation points ignore it.
+  void set_activation_observer(ActivationObserver observer) { observer_ = std::move(observer); }
+
  protected:
   Model(ModelConfig config, int max_num_tokens)
       : config_(std::move(config)), max_num_tokens_(max_num_tokens) {}
@@ -50,9 +60,13 @@ class Model {
   absl::Status CheckInputs(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
                            const kernels::Tensor& logits) const;
 
+  // Reports `activation` as "layers.<layer>.<what>" (or "<what>" for layer < 0) to the observer.
+  void Observe(int64_t layer, const char* what, const kernels::Tensor& activation) const;
+
  private:
   ModelConfig config_;
   int max_num_tokens_;
+  ActivationObserver observer_;
 };
 
 // Reads config.json and the safetensors weights of `dir` and builds the model on `backend`.

@@ -43,6 +43,9 @@ class Scorer {
                                                         const ScorerOptions& options);
 
   const ModelConfig& config() const { return model_->config(); }
+  void set_activation_observer(model::ActivationObserver observer) {
+    model_->set_activation_observer(std::move(observer));
+  }
 
   // InvalidArgument unless ids is non-empty, every id is in [0, vocab_size) and the sequence fits
   // the model's max_position_embeddings.
