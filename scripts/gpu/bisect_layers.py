@@ -5,7 +5,8 @@ transformers' own bf16 forward: finds where our CUDA path loses more precision t
 Builds a random model of a real architecture (e2e_reference.build, optionally fewer layers), saves
 it, scores one random prompt with `xserv-score --dump-activations` on each backend given, and
 captures the same module outputs in transformers (bf16 and fp32) with hooks. Prints and writes
-a table of relative errors ||x - ref|| / ||ref|| per activation, ref = transformers fp32.
+a table of relative errors ||x - ref|| / ||ref|| per activation, ref = transformers fp32 on the
+CPU (transformers fp32 on the GPU is a column of its own).
 
 Usage: python3 bisect_layers.py --arch llama3-8b --layers 8 --len 256 --score BIN --out DIR
 """
@@ -38,7 +39,7 @@ def read_safetensors(path):
     return out
 
 
-def capture(model, ids):
+def capture(model, ids, device="cuda"):
     """Module outputs named like Model::Observe in worker/model/llama.cc."""
     acts, hooks = {}, []
     def save(name, t):
@@ -60,7 +61,7 @@ def capture(model, ids):
             lambda m, a, o, i=i: save(f"layers.{i}.mlp_out", o)))
     hooks.append(model.model.norm.register_forward_hook(lambda m, a, o: save("final_norm", o)))
     with torch.no_grad():
-        logits = model(ids.unsqueeze(0).cuda()).logits[0].float()
+        logits = model(ids.unsqueeze(0).to(device)).logits[0].float()
     for h in hooks:
         h.remove()
     acts["logprobs"] = torch.log_softmax(logits, -1).cpu()
@@ -87,17 +88,46 @@ def main():
     cls, cfg = build(args.arch)
     if args.layers:
         cfg.num_hidden_layers = args.layers
+        if getattr(cfg, "layer_types", None):
+            cfg.layer_types = cfg.layer_types[:args.layers]
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = cls(cfg).to(torch.bfloat16).eval()
     model_dir = args.out / "model"
     model.save_pretrained(str(model_dir))
+    # Reload as users do: `.to(bfloat16)` above also rounded the rotary inv_freq buffer to bf16
+    # (and `.float()` would not undo it); from_pretrained computes it in fp32.
+    del model
+    model = cls.from_pretrained(str(model_dir), dtype=torch.bfloat16).cuda().eval()
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, min(cfg.vocab_size, 50000), (args.len,), generator=gen)
 
+    # What transformers' fp32 run really computes: matmul precision and the RoPE it applies, vs
+    # float64 from the config's theta.
+    rot = model.model.rotary_emb
+    print(f"tf32 matmul {torch.backends.cuda.matmul.allow_tf32}, float32 matmul precision "
+          f"{torch.get_float32_matmul_precision()}; rope_parameters "
+          f"{getattr(cfg, 'rope_parameters', None)}; rope_theta {getattr(cfg, 'rope_theta', None)}; "
+          f"attention_scaling {getattr(rot, 'attention_scaling', None)}", flush=True)
+    theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta") or cfg.rope_theta
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    inv64 = 1.0 / (float(theta) ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    pos = torch.arange(args.len, dtype=torch.float64)
+    cos64 = torch.cos(pos[:, None] * inv64[None, :])
+    with torch.no_grad():
+        x = torch.zeros(1, args.len, hd, device="cuda", dtype=torch.float32)
+        cos_hf, _ = rot(x, torch.arange(args.len, device="cuda")[None])
+    print(f"inv_freq max rel diff vs float64: "
+          f"{float(((rot.inv_freq.double().cpu() - inv64) / inv64).abs().max()):.3e}; "
+          f"HF cos (fp32 run) max abs diff vs float64: "
+          f"{float((cos_hf[0, :, :hd // 2].double().cpu() - cos64).abs().max()):.3e}", flush=True)
+
     results = {"hf_bf16": capture(model, ids)}
-    model = model.float()
-    ref = capture(model, ids)
+    del model
+    model = cls.from_pretrained(str(model_dir), dtype=torch.float32).cuda().eval()
+    results["hf_fp32_cuda"] = capture(model, ids)
+    model = model.cpu()
+    ref = capture(model, ids, device="cpu")  # no TF32 or fused-kernel question on the CPU
     del model
     torch.cuda.empty_cache()
     request = json.dumps({"ids": ids.tolist()}) + "\n"
@@ -117,13 +147,14 @@ def main():
         results[backend] = acts
     ref_lp = ref["logprobs"][torch.arange(args.len - 1), ids[1:]]
     ref["token_logprobs"] = ref_lp
-    results["hf_bf16"]["token_logprobs"] = \
-        results["hf_bf16"]["logprobs"][torch.arange(args.len - 1), ids[1:]]
+    for hf in ("hf_bf16", "hf_fp32_cuda"):
+        results[hf]["token_logprobs"] = \
+            results[hf]["logprobs"][torch.arange(args.len - 1), ids[1:]]
 
     names = sorted((n for n in ref if n not in ("logprobs", "token_logprobs")), key=order_key)
     columns = list(results)
     table = {}
-    print("activation".ljust(22) + "".join(c.rjust(12) for c in columns), flush=True)
+    print("activation".ljust(22) + "".join(c.rjust(14) for c in columns), flush=True)
     for name in names + ["token_logprobs"]:
         row = {}
         for c in columns:
@@ -137,7 +168,7 @@ def main():
                 row[c] = float((x - ref[name]).norm() / ref[name].norm().clamp_min(1e-30))
         table[name] = row
         print(name.ljust(22) + "".join(
-            (f"{row[c]:12.3e}" if row[c] is not None else "           -") for c in columns))
+            (f"{row[c]:14.3e}" if row[c] is not None else "             -") for c in columns))
     (args.out / "bisect.json").write_text(json.dumps(
         {"arch": args.arch, "layers": cfg.num_hidden_layers, "len": args.len, "table": table},
         indent=1))

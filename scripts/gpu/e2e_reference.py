@@ -59,6 +59,11 @@ def main():
         if (args.tokenizer / name).exists():
             shutil.copy(args.tokenizer / name, model_dir / name)
     print(f"built and saved {args.arch} in {time.time() - t0:.1f} s", flush=True)
+    # Reload as users do. `.to(bfloat16)` above also rounded the rotary inv_freq buffer to bf16,
+    # which shifts every RoPE angle (0.5 rad at position 255 for the fastest pair) and which
+    # `.float()` does not undo; from_pretrained computes inv_freq in fp32.
+    del model
+    model = cls.from_pretrained(str(model_dir), dtype=torch.bfloat16).cuda().eval()
     gen = torch.Generator().manual_seed(1)
     vocab = min(cfg.vocab_size, 50000)  # ordinary tokens, no specials
     ref = {"prompts": [], "logprobs": [], "top1": [], "margin": [], "greedy": [],
@@ -82,7 +87,8 @@ def main():
             ref["greedy"].append(out[0, len(p):].tolist())
         # The same weights computed in fp32: the yardstick for what bf16 rounding alone costs
         # (HF bf16 vs HF fp32), against which our bf16 error (ours vs HF fp32) is judged.
-        model = model.float()
+        del model
+        model = cls.from_pretrained(str(model_dir), dtype=torch.float32).cuda().eval()
         for ids in prompts:
             score(model, ids, "_fp32")
     (args.out / "reference.json").write_text(json.dumps(ref))
