@@ -1,0 +1,74 @@
+#include "worker/parallel/rendezvous_rpc_store.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc/status_conversion.h"
+
+namespace xserv::parallel {
+
+namespace wv1 = xserv::worker::v1;
+
+namespace {
+
+absl::Status Annotate(const absl::Status& status, absl::string_view what) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+}  // namespace
+
+RendezvousRpcKeyValueStore::RendezvousRpcKeyValueStore(const std::string& target, uint64_t epoch,
+                                                       std::chrono::milliseconds set_timeout)
+    : target_(target),
+      epoch_(epoch),
+      set_timeout_(set_timeout),
+      stub_(wv1::Worker::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {
+}
+
+absl::Status RendezvousRpcKeyValueStore::Set(const std::string& key, const std::string& value) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + set_timeout_);
+  context.set_wait_for_ready(true);  // the leader may still be starting
+  wv1::RendezvousRequest request;
+  request.set_epoch(epoch_);
+  request.mutable_set()->set_key(key);
+  request.mutable_set()->set_value(value);
+  wv1::RendezvousResponse response;
+  absl::Status status = FromGrpcStatus(stub_->Rendezvous(&context, request, &response));
+  if (!status.ok()) {
+    return Annotate(status, absl::StrCat("rendezvous Set of '", key, "' at ", target_, " (epoch ",
+                                         epoch_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RendezvousRpcKeyValueStore::Get(const std::string& key,
+                                                            std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    context.set_wait_for_ready(true);
+    wv1::RendezvousRequest request;
+    request.set_epoch(epoch_);
+    request.mutable_get()->add_keys(key);
+    wv1::RendezvousResponse response;
+    absl::Status status = FromGrpcStatus(stub_->Rendezvous(&context, request, &response));
+    if (status.ok()) {
+      if (response.values_size() != 1) {
+        return absl::InternalError(absl::StrCat("rendezvous Get of '", key, "' at ", target_, ": ",
+                                                response.values_size(), " values for 1 key"));
+      }
+      return std::move(*response.mutable_values(0));
+    }
+    // The leader bounds one wait to a minute whatever our deadline: ask again until ours passes.
+    if (status.code() == absl::StatusCode::kDeadlineExceeded &&
+        std::chrono::system_clock::now() < deadline) {
+      continue;
+    }
+    return Annotate(status, absl::StrCat("rendezvous Get of '", key, "' at ", target_, " (epoch ",
+                                         epoch_, ")"));
+  }
+}
+
+}  // namespace xserv::parallel
