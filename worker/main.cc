@@ -36,6 +36,7 @@ namespace {
 struct WorkerFlags {
   std::string model_dir;
   std::string backend = "cpu";
+  bool batch_invariant = true;
   std::string host = "127.0.0.1";
   int port = 50061;
   std::string port_file;
@@ -73,7 +74,9 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
   if (f.backend == "cuda") {
     auto runtime = cuda::QueryRuntime();
     if (runtime.ok()) spdlog::info("{}", cuda::Describe(*runtime));
-    ASSIGN_OR_RETURN(auto backend, kernels::cuda::CudaBackend::Create({.device = 0}));
+    ASSIGN_OR_RETURN(auto backend,
+                     kernels::cuda::CudaBackend::Create(
+                         {.device = 0, .batch_invariant = f.batch_invariant}));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -244,6 +247,10 @@ int main(int argc, char** argv) {
   app.add_option("--backend", f.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "fraction of device memory for weights + KV (cuda)")
+      ->capture_default_str();
+  app.add_option("--batch-invariant", f.batch_invariant,
+                 "cuda: matmul results independent of batch composition, so concurrent greedy "
+                 "requests are reproducible (costs some speed)")
       ->capture_default_str();
   app.add_option("--host", f.host, "listen address")->capture_default_str();
   app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();

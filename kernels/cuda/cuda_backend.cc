@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   // Non-blocking: the legacy default stream (used by stray cudaMemcpy calls elsewhere) does not
   // serialise with ours.
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
-  ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create());
+  ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create({.batch_invariant = options.batch_invariant}));
   return backend;
 }
 

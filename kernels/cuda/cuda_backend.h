@@ -30,6 +30,9 @@ struct CudaBackendOptions {
   // CPU backend. Without it, bad indices give NaN rows or skipped writes, never out-of-bounds
   // access. Slow; for tests and for chasing a bad step.
   bool check_each_op = false;
+  // Matmuls whose rows do not depend on the batch they run in (see gemm.h): greedy outputs then
+  // do not depend on which requests happened to share a step.
+  bool batch_invariant = false;
 };
 
 class CudaBackend final : public Backend {

@@ -50,12 +50,14 @@ struct GemmRunner::Plan {
   }
 };
 
-absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create() {
-  std::unique_ptr<GemmRunner> runner(new GemmRunner());
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const GemmOptions& options) {
+  std::unique_ptr<GemmRunner> runner(new GemmRunner(options));
   RETURN_IF_LT_ERROR(cublasLtCreate(&runner->handle_));
   RETURN_IF_CUDA_ERROR(cudaMalloc(&runner->workspace_, kWorkspaceBytes));
   return runner;
 }
+
+GemmRunner::GemmRunner(const GemmOptions& options) : options_(options) {}
 
 GemmRunner::~GemmRunner() {
   plans_.clear();
@@ -66,22 +68,8 @@ GemmRunner::~GemmRunner() {
 // cuBLASLt is column-major. Row-major out[m, n] is column-major out^T [n, m] (ld = ldo), so we ask
 // for out^T = w · x^T: A = w seen column-major as [k, n] (ld = ldw) with op T, B = x seen
 // column-major as [k, m] (ld = ldx) with op N. The bias epilogue adds bias[row of D] = bias[n].
-absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool epilogue_bias) {
-  const Key key{c.m,
-                c.n,
-                c.k,
-                c.ldx,
-                c.ldw,
-                c.ldo,
-                static_cast<int>(c.out_type),
-                epilogue_bias,
-                Alignment(c.x),
-                Alignment(c.w),
-                Alignment(c.out),
-                epilogue_bias ? Alignment(c.bias) : 0};
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
-
-  auto plan = std::make_unique<Plan>();
+absl::Status GemmRunner::Describe(const GemmCall& c, bool epilogue_bias, Plan& plan_ref) {
+  Plan* plan = &plan_ref;
   RETURN_IF_LT_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
   RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
@@ -100,44 +88,103 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
   RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->x_layout, CUDA_R_16BF, c.k, c.m, c.ldx));
   RETURN_IF_LT_ERROR(
       cublasLtMatrixLayoutCreate(&plan->out_layout, CudaType(c.out_type), c.n, c.m, c.ldo));
+  return absl::OkStatus();
+}
 
+absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, const Plan& plan,
+                                                            bool no_split_k) {
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t align_w = Alignment(c.w), align_x = Alignment(c.x), align_out = Alignment(c.out);
+  // Split-K with a reduction pass sums partial products across CTAs in an order that depends on
+  // the grid; NONE keeps each element's k-loop inside one CTA.
+  const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                              &align_w, sizeof(align_w));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const uint32_t*> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_out},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_out}};
+  for (const auto& [attribute, value] : alignments) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof(*value));
+    }
   }
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                              &align_x, sizeof(align_x));
+  if (st == CUBLAS_STATUS_SUCCESS && no_split_k) {
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &reduction_mask, sizeof(reduction_mask));
   }
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                              &align_out, sizeof(align_out));
-  }
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                              &align_out, sizeof(align_out));
-  }
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 16;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->w_layout, plan->x_layout,
-                                        plan->out_layout, plan->out_layout, pref, 1, &result,
-                                        &found);
+    st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.w_layout, plan.x_layout,
+                                        plan.out_layout, plan.out_layout, pref,
+                                        no_split_k ? kCandidates : 1, results, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   RETURN_IF_LT_ERROR(st);
-  if (found == 0) {
-    return absl::UnimplementedError(absl::StrCat("Matmul: cuBLASLt has no algorithm for m=", c.m,
-                                                 " n=", c.n, " k=", c.k, " ldx=", c.ldx,
-                                                 " ldw=", c.ldw, " ldo=", c.ldo));
+  for (int i = 0; i < found; ++i) {
+    if (!no_split_k) return results[i].algo;
+    int32_t split_k = 1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                             &split_k, sizeof(split_k),
+                                             &written) == CUBLAS_STATUS_SUCCESS &&
+        split_k <= 1) {
+      return results[i].algo;
+    }
   }
-  plan->algo = result.algo;
+  return absl::UnimplementedError(absl::StrCat(
+      "Matmul: cuBLASLt has no ", no_split_k ? "split-K-free " : "", "algorithm for m=", c.m,
+      " n=", c.n, " k=", c.k, " ldx=", c.ldx, " ldw=", c.ldw, " ldo=", c.ldo));
+}
+
+absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool epilogue_bias) {
+  Key key{c.m,
+          c.n,
+          c.k,
+          c.ldx,
+          c.ldw,
+          c.ldo,
+          static_cast<int>(c.out_type),
+          epilogue_bias,
+          Alignment(c.x),
+          Alignment(c.w),
+          Alignment(c.out),
+          epilogue_bias ? Alignment(c.bias) : 0};
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  RETURN_IF_ERROR(Describe(c, epilogue_bias, *plan));
+  if (!options_.batch_invariant) {
+    ASSIGN_OR_RETURN(plan->algo, ChooseAlgo(c, *plan, /*no_split_k=*/false));
+  } else {
+    Key family = key;
+    std::get<0>(family) = 0;
+    auto it = invariant_algos_.find(family);
+    if (it == invariant_algos_.end()) {
+      GemmCall reference = c;
+      reference.m = kInvariantReferenceRows;
+      Plan reference_plan;
+      RETURN_IF_ERROR(Describe(reference, epilogue_bias, reference_plan));
+      ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo,
+                       ChooseAlgo(reference, reference_plan, /*no_split_k=*/true));
+      it = invariant_algos_.emplace(family, algo).first;
+    }
+    plan->algo = it->second;
+    cublasLtMatmulHeuristicResult_t check{};
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->w_layout, plan->x_layout,
+                                plan->out_layout, plan->out_layout, &plan->algo, &check);
+    if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kWorkspaceBytes) {
+      return absl::UnimplementedError(absl::StrCat(
+          "Matmul (batch-invariant): the algorithm chosen for n=", c.n, " k=", c.k,
+          " does not support m=", c.m, ": ", cublasLtGetStatusName(st)));
+    }
+  }
   Plan* raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;

@@ -5,6 +5,14 @@
 // once at creation, so Run never allocates device memory. A plan (descriptors + the algorithm the
 // heuristic picked) is made on the first call of a shape and reused after, so steady-state calls
 // do no heuristic search.
+//
+// Batch invariance (GemmOptions::batch_invariant): cuBLASLt's heuristic picks a different kernel
+// (tile, split-K) for different m, so a row's result depends on how many other rows share the
+// GEMM, i.e. on the batch the scheduler happened to form. In this mode every m of one (n, k,
+// layout) family runs the same algorithm, chosen once at kInvariantReferenceRows with split-K off,
+// so each output element is reduced in the same order whatever the batch (the property greedy
+// determinism under concurrency needs; cf. vLLM's batch-invariant mode, SGLang's deterministic
+// inference). Costs speed where the heuristic would have chosen better per m.
 #pragma once
 
 #include <cublasLt.h>
@@ -34,11 +42,16 @@ struct GemmCall {
   int64_t m = 0, n = 0, k = 0;
 };
 
+struct GemmOptions {
+  bool batch_invariant = false;
+};
+
 class GemmRunner {
  public:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
+  static constexpr int64_t kInvariantReferenceRows = 64;
 
-  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create();
+  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const GemmOptions& options = {});
   ~GemmRunner();
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
@@ -54,12 +67,20 @@ class GemmRunner {
                          int, int>;
   struct Plan;
 
-  GemmRunner() = default;
+  explicit GemmRunner(const GemmOptions& options);  // in the .cc, where Plan is complete
   absl::StatusOr<Plan*> GetPlan(const GemmCall& call, bool epilogue_bias);
+  // Fills `plan`'s descriptors for `call` (m included); no algorithm yet.
+  static absl::Status Describe(const GemmCall& call, bool epilogue_bias, Plan& plan);
+  // The heuristic's best algorithm for `plan`'s shapes; with `no_split_k`, the best among those
+  // that reduce k inside one CTA.
+  absl::StatusOr<cublasLtMatmulAlgo_t> ChooseAlgo(const GemmCall& call, const Plan& plan,
+                                                 bool no_split_k);
 
+  GemmOptions options_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
 };
 
 }  // namespace xserv::kernels::cuda

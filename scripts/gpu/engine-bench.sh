@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU host: a random model of a real architecture (transformers, bf16) timed with
-# xserv-engine-bench on the CUDA backend (no scheduler, no HTTP). Writes $OUT/engine-bench-ARCH.txt.
+# xserv-engine-bench on the CUDA backend (no scheduler, no HTTP), with the heuristic's matmuls and
+# with batch-invariant ones (xserv-worker's default). Writes $OUT/engine-bench-ARCH.txt.
 # Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2] [batches, default 1,8,32]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -17,7 +18,10 @@ python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokeniz
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit: $XSERV_COMMIT"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \
-    --gen-len 64 --batch "$batches" --repeats 3 2>&1 | grep -v "^\s*$"
+  for invariant in false true; do
+    .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \
+      --gen-len 64 --batch "$batches" --repeats 3 --batch-invariant "$invariant" 2>&1 |
+      grep -v "^\s*$"
+  done
 } | tee "$OUT/engine-bench-$arch.txt"
 rm -rf "$work"

@@ -48,6 +48,7 @@ struct BenchConfig {
   std::vector<int> batches;
   int threads = 1;
   std::string backend = "cpu";
+  bool batch_invariant = false;
   int repeats = 3;
   int64_t block_size = 16;
   uint64_t seed = 0;
@@ -193,6 +194,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
       {"config",
        {{"backend", cfg.backend},
         {"compute_dtype", cfg.backend == "cuda" ? "bf16" : "f32"},
+        {"batch_invariant", cfg.batch_invariant},
         {"prompt_len", cfg.prompt_len},
         {"gen_len", cfg.gen_len},
         {"block_size", cfg.block_size},
@@ -210,7 +212,8 @@ absl::Status Run(const BenchConfig& cfg) {
         xserv::kernels::cpu::CpuBackendOptions{.num_threads = cfg.threads});
 #if XSERV_HAVE_CUDA
   } else if (cfg.backend == "cuda") {
-    ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create({.device = 0}));
+    ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create(
+        {.device = 0, .batch_invariant = cfg.batch_invariant}));
     owned = std::move(cuda);
 #endif
   } else {
@@ -275,6 +278,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--batch", batches, "comma-separated batch sizes")->capture_default_str();
   app.add_option("--backend", cfg.backend, "cpu or cuda")->capture_default_str();
+  app.add_option("--batch-invariant", cfg.batch_invariant,
+                 "cuda: batch-invariant matmuls (as xserv-worker's default)")
+      ->capture_default_str();
   app.add_option("--threads", cfg.threads, "CPU threads")->capture_default_str()->check(
       CLI::PositiveNumber);
   app.add_option("--repeats", cfg.repeats, "measured runs per batch size; the fastest is reported")
