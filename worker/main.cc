@@ -36,7 +36,7 @@ namespace {
 struct WorkerFlags {
   std::string model_dir;
   std::string backend = "cpu";
-  bool batch_invariant = true;
+  bool batch_invariant = false;
   std::string host = "127.0.0.1";
   int port = 50061;
   std::string port_file;

@@ -25,7 +25,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   // Non-blocking: the legacy default stream (used by stray cudaMemcpy calls elsewhere) does not
   // serialise with ours.
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
-  ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create({.batch_invariant = options.batch_invariant}));
+  ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create(
+                                      {.batch_invariant = options.batch_invariant,
+                                       .invariant_reference_rows = options.invariant_reference_rows}));
   return backend;
 }
 

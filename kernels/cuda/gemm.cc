@@ -167,7 +167,7 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
     auto it = invariant_algos_.find(family);
     if (it == invariant_algos_.end()) {
       GemmCall reference = c;
-      reference.m = kInvariantReferenceRows;
+      reference.m = options_.invariant_reference_rows;
       Plan reference_plan;
       RETURN_IF_ERROR(Describe(reference, epilogue_bias, reference_plan));
       ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo,

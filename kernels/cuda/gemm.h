@@ -9,7 +9,7 @@
 // Batch invariance (GemmOptions::batch_invariant): cuBLASLt's heuristic picks a different kernel
 // (tile, split-K) for different m, so a row's result depends on how many other rows share the
 // GEMM, i.e. on the batch the scheduler happened to form. In this mode every m of one (n, k,
-// layout) family runs the same algorithm, chosen once at kInvariantReferenceRows with split-K off,
+// layout) family runs the same algorithm, chosen once at GemmOptions::invariant_reference_rows with split-K off,
 // so each output element is reduced in the same order whatever the batch (the property greedy
 // determinism under concurrency needs; cf. vLLM's batch-invariant mode, SGLang's deterministic
 // inference). Costs speed where the heuristic would have chosen better per m.
@@ -44,12 +44,14 @@ struct GemmCall {
 
 struct GemmOptions {
   bool batch_invariant = false;
+  // The m at which a family's one algorithm is chosen (batch_invariant only): small favours
+  // decode, large favours prefill.
+  int64_t invariant_reference_rows = 64;
 };
 
 class GemmRunner {
  public:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
-  static constexpr int64_t kInvariantReferenceRows = 64;
 
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const GemmOptions& options = {});
   ~GemmRunner();

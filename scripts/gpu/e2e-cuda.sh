@@ -3,6 +3,7 @@
 # stack (supervisor -> router -> worker on CUDA), checked against transformers on the same weights
 # (prompt logprobs, teacher-forced top-1, greedy prefix, a streaming chat). Results under $OUT.
 # Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2] [prompts] [len]
+# BATCH_INVARIANT=true serves with xserv-worker --batch-invariant (the determinism check's mode).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -21,7 +22,8 @@ echo "reference: $(($(date +%s) - start)) s"
 port=18080
 .bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port \
   --bin-dir "$XSERV_ROOT/.bundle/bin" --worker-base-port 18100 \
-  --worker-arg=--max-model-len --worker-arg=4096 >"$OUT/e2e-$arch-serve.log" 2>&1 &
+  --worker-arg=--max-model-len --worker-arg=4096 \
+  --worker-arg=--batch-invariant --worker-arg="${BATCH_INVARIANT:-false}" >"$OUT/e2e-$arch-serve.log" 2>&1 &
 sup=$!
 load_start=$(date +%s)
 python3 - "$port" <<'PY'

@@ -49,6 +49,7 @@ struct BenchConfig {
   int threads = 1;
   std::string backend = "cpu";
   bool batch_invariant = false;
+  int64_t invariant_reference_rows = 64;
   int repeats = 3;
   int64_t block_size = 16;
   uint64_t seed = 0;
@@ -195,6 +196,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
        {{"backend", cfg.backend},
         {"compute_dtype", cfg.backend == "cuda" ? "bf16" : "f32"},
         {"batch_invariant", cfg.batch_invariant},
+        {"invariant_reference_rows", cfg.invariant_reference_rows},
         {"prompt_len", cfg.prompt_len},
         {"gen_len", cfg.gen_len},
         {"block_size", cfg.block_size},
@@ -213,7 +215,9 @@ absl::Status Run(const BenchConfig& cfg) {
 #if XSERV_HAVE_CUDA
   } else if (cfg.backend == "cuda") {
     ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create(
-        {.device = 0, .batch_invariant = cfg.batch_invariant}));
+        {.device = 0,
+         .batch_invariant = cfg.batch_invariant,
+         .invariant_reference_rows = cfg.invariant_reference_rows}));
     owned = std::move(cuda);
 #endif
   } else {
@@ -279,7 +283,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "comma-separated batch sizes")->capture_default_str();
   app.add_option("--backend", cfg.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--batch-invariant", cfg.batch_invariant,
-                 "cuda: batch-invariant matmuls (as xserv-worker's default)")
+                 "cuda: batch-invariant matmuls (xserv-worker --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--invariant-reference-rows", cfg.invariant_reference_rows,
+                 "cuda, batch-invariant: the m each matmul's one algorithm is chosen at")
       ->capture_default_str();
   app.add_option("--threads", cfg.threads, "CPU threads")->capture_default_str()->check(
       CLI::PositiveNumber);
