@@ -33,7 +33,7 @@ struct CudaBackendOptions {
   // Matmuls whose rows do not depend on the batch they run in (see gemm.h): greedy outputs then
   // do not depend on which requests happened to share a step.
   bool batch_invariant = false;
-  int64_t invariant_reference_rows = 64;  // see GemmOptions
+  int64_t invariant_reference_rows = 256;  // see GemmOptions
 };
 
 class CudaBackend final : public Backend {

@@ -46,7 +46,7 @@ struct GemmOptions {
   bool batch_invariant = false;
   // The m at which a family's one algorithm is chosen (batch_invariant only): small favours
   // decode, large favours prefill.
-  int64_t invariant_reference_rows = 64;
+  int64_t invariant_reference_rows = 256;
 };
 
 class GemmRunner {

@@ -19,7 +19,7 @@ python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokeniz
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit: $XSERV_COMMIT"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  for mode in heuristic ${REFERENCE_ROWS:-64}; do
+  for mode in heuristic ${REFERENCE_ROWS:-256}; do
     if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
     else flags=(--batch-invariant true --invariant-reference-rows "$mode"); fi
     .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \

@@ -1,6 +1,8 @@
 // GPT-2: learned absolute positions, pre-LayerNorm blocks with biases, fused QKV, GELU (tanh), tied
 // lm_head. Checkpoint Linear layers are Conv1D ([in, out]); they are transposed once at load to
-// the [out, in] layout every other model uses.
+// the [out, in] layout every other model uses. Under tensor parallelism c_attn and c_fc are
+// column-parallel (c_attn's q, k and v column blocks of this rank's heads, concatenated), the
+// c_proj's row-parallel (bias on rank 0, outputs all-reduced); see tensor_parallel.h.
 //
 //   h = wte[ids] + wpe[pos]
 //   per layer:  h += c_proj(attn(split(c_attn(ln_1(h)))));  h += mlp.c_proj(gelu(c_fc(ln_2(h))))
@@ -14,14 +16,30 @@
 namespace xserv::model {
 namespace {
 
+// A Conv1D weight as [rows, cols] = [out, in]: whole on one rank, `slice` of that layout when
+// sharded.
+Buffer TakeConv1D(WeightLoader& loader, const TpShard& tp, const std::string& name, int64_t rows,
+                  int64_t cols, const TensorSlice& slice) {
+  if (!tp.sharded()) return loader.TakeTransposed(name, rows, cols);
+  return loader.TakeTransposed(name, rows, cols, slice);
+}
+
 class Gpt2Model final : public Model {
  public:
-  Gpt2Model(ModelConfig config, int max_tokens) : Model(std::move(config), max_tokens) {}
+  Gpt2Model(const ModelConfig& config, const ModelLoadOptions& options)
+      : Model(config, RankConfig(config, TpShard::FromOptions(options)), options),
+        tp_(TpShard::FromOptions(options)) {}
 
   absl::Status Load(WeightLoader& loader, Backend& backend) {
     const ModelConfig& c = config();
     backend_ = &backend;
     const int64_t h = c.hidden_size, inner = c.intermediate_size;
+    // This rank's heads [h_begin, h_end) as features of each of c_attn's q, k and v blocks.
+    const int64_t h_begin = tp_.rank * h / tp_.size, h_end = (tp_.rank + 1) * h / tp_.size;
+    const TensorSlice qkv_rows{.dim = 0,
+                               .ranges = {{h_begin, h_end},
+                                          {h + h_begin, h + h_end},
+                                          {2 * h + h_begin, 2 * h + h_end}}};
     // HF's GPT2LMHeadModel saves under "transformer."; the original checkpoint has no prefix.
     const std::string p = loader.Has("transformer.wte.weight") ? "transformer." : "";
     wte_ = loader.Take(p + "wte.weight", {c.vocab_size, h});
@@ -34,33 +52,35 @@ class Gpt2Model final : public Model {
       Layer layer;
       layer.ln_1_weight = loader.Take(l + "ln_1.weight", {h});
       layer.ln_1_bias = loader.Take(l + "ln_1.bias", {h});
-      layer.c_attn = loader.TakeTransposed(l + "attn.c_attn.weight", 3 * h, h);
-      layer.c_attn_bias = loader.Take(l + "attn.c_attn.bias", {3 * h});
-      layer.attn_proj = loader.TakeTransposed(l + "attn.c_proj.weight", h, h);
-      layer.attn_proj_bias = loader.Take(l + "attn.c_proj.bias", {h});
+      layer.c_attn = TakeConv1D(loader, tp_, l + "attn.c_attn.weight", 3 * h, h, qkv_rows);
+      layer.c_attn_bias = TakeShard(loader, tp_, l + "attn.c_attn.bias", {3 * h}, qkv_rows);
+      layer.attn_proj = TakeConv1D(loader, tp_, l + "attn.c_proj.weight", h, h, tp_.Split(1, h));
+      layer.attn_proj_bias = TakeRowParallelBias(loader, tp_, l + "attn.c_proj.bias", h);
       layer.ln_2_weight = loader.Take(l + "ln_2.weight", {h});
       layer.ln_2_bias = loader.Take(l + "ln_2.bias", {h});
-      layer.c_fc = loader.TakeTransposed(l + "mlp.c_fc.weight", inner, h);
-      layer.c_fc_bias = loader.Take(l + "mlp.c_fc.bias", {inner});
-      layer.mlp_proj = loader.TakeTransposed(l + "mlp.c_proj.weight", h, inner);
-      layer.mlp_proj_bias = loader.Take(l + "mlp.c_proj.bias", {h});
+      layer.c_fc = TakeConv1D(loader, tp_, l + "mlp.c_fc.weight", inner, h, tp_.Split(0, inner));
+      layer.c_fc_bias = TakeShard(loader, tp_, l + "mlp.c_fc.bias", {inner}, tp_.Split(0, inner));
+      layer.mlp_proj =
+          TakeConv1D(loader, tp_, l + "mlp.c_proj.weight", h, inner, tp_.Split(1, inner));
+      layer.mlp_proj_bias = TakeRowParallelBias(loader, tp_, l + "mlp.c_proj.bias", h);
       // Causal-mask buffers some exporters persist; the mask is implicit here.
       loader.Ignore(l + "attn.bias");
       loader.Ignore(l + "attn.masked_bias");
       layers_.push_back(std::move(layer));
     }
-    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, c, max_num_tokens(), inner));
+    const ModelConfig& rc = rank_config();
+    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size));
     absl::Status status;
-    qkv_ = AllocRows(backend, max_num_tokens(), 3 * h, status);
+    qkv_ = AllocRows(backend, max_num_tokens(), 3 * rc.num_heads * rc.head_dim, status);
     return status;
   }
 
   absl::Status Forward(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
                        const Tensor& logits) override {
     RETURN_IF_ERROR(CheckInputs(in, kv, logits));
-    const ModelConfig& c = config();
+    const ModelConfig& c = rank_config();
     Backend& b = *backend_;
-    const int64_t tokens = in.token_ids.dim(0), h = c.hidden_size;
+    const int64_t tokens = in.token_ids.dim(0), hr = c.num_heads * c.head_dim;  // Hr
     const float eps = static_cast<float>(c.norm_eps);
     const Tensor residual = ws_.residual.view().SliceRows(0, tokens);
     const Tensor normed = ws_.normed.view().SliceRows(0, tokens);
@@ -77,39 +97,44 @@ class Gpt2Model final : public Model {
       RETURN_IF_ERROR(
           b.LayerNorm(residual, layer.ln_1_weight.view(), layer.ln_1_bias.view(), eps, normed));
       RETURN_IF_ERROR(b.Matmul(normed, layer.c_attn.view(), &layer.c_attn_bias.view(), qkv));
-      const Tensor q = qkv.SliceLast(0, h).UnflattenLast(c.num_heads, c.head_dim);
-      const Tensor k = qkv.SliceLast(h, 2 * h).UnflattenLast(c.num_heads, c.head_dim);
-      const Tensor v = qkv.SliceLast(2 * h, 3 * h).UnflattenLast(c.num_heads, c.head_dim);
+      const Tensor q = qkv.SliceLast(0, hr).UnflattenLast(c.num_heads, c.head_dim);
+      const Tensor k = qkv.SliceLast(hr, 2 * hr).UnflattenLast(c.num_heads, c.head_dim);
+      const Tensor v = qkv.SliceLast(2 * hr, 3 * hr).UnflattenLast(c.num_heads, c.head_dim);
       RETURN_IF_ERROR(b.WriteKv(k, v, kv[i], in.attention.slot_mapping));
       RETURN_IF_ERROR(b.Attention(q, kv[i], in.attention, params,
                                   attn.UnflattenLast(c.num_heads, c.head_dim)));
-      RETURN_IF_ERROR(b.Matmul(attn, layer.attn_proj.view(), &layer.attn_proj_bias.view(),
+      RETURN_IF_ERROR(b.Matmul(attn, layer.attn_proj.view(), OrNull(layer.attn_proj_bias),
                                block_out));
+      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       RETURN_IF_ERROR(b.Add(residual, block_out, residual));
       RETURN_IF_ERROR(
           b.LayerNorm(residual, layer.ln_2_weight.view(), layer.ln_2_bias.view(), eps, normed));
       RETURN_IF_ERROR(b.Matmul(normed, layer.c_fc.view(), &layer.c_fc_bias.view(), fc));
       RETURN_IF_ERROR(b.GeluTanh(fc, fc));
-      RETURN_IF_ERROR(b.Matmul(fc, layer.mlp_proj.view(), &layer.mlp_proj_bias.view(), block_out));
+      RETURN_IF_ERROR(b.Matmul(fc, layer.mlp_proj.view(), OrNull(layer.mlp_proj_bias), block_out));
+      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       RETURN_IF_ERROR(b.Add(residual, block_out, residual));
     }
     RETURN_IF_ERROR(b.LayerNorm(residual, ln_f_weight_.view(), ln_f_bias_.view(), eps, normed));
+    // Known gap: the tied lm_head is replicated (full logits on every rank), not vocab-parallel.
     return RunLmHead(b, normed, wte_.view(), in, ws_, logits);
   }
 
  private:
   struct Layer {
     Buffer ln_1_weight, ln_1_bias, ln_2_weight, ln_2_bias;  // [H]
-    Buffer c_attn, c_attn_bias;                             // [3H, H], [3H]
-    Buffer attn_proj, attn_proj_bias;                       // [H, H], [H]
-    Buffer c_fc, c_fc_bias;                                 // [I, H], [I]
-    Buffer mlp_proj, mlp_proj_bias;                         // [H, I], [H]
+    // Hr = H / tp, Ir = I / tp: this rank's share of the heads' features and of the MLP.
+    Buffer c_attn, c_attn_bias;                             // [3Hr, H], [3Hr]
+    Buffer attn_proj, attn_proj_bias;                       // [H, Hr], [H] (rank 0 only)
+    Buffer c_fc, c_fc_bias;                                 // [Ir, H], [Ir]
+    Buffer mlp_proj, mlp_proj_bias;                         // [H, Ir], [H] (rank 0 only)
   };
 
+  TpShard tp_;
   Backend* backend_ = nullptr;
   Buffer wte_, wpe_;                 // [V, H], [P, H]
   Buffer ln_f_weight_, ln_f_bias_;   // [H]
-  Buffer qkv_;                       // [T, 3H] scratch
+  Buffer qkv_;                       // [T, 3Hr] scratch
   std::vector<Layer> layers_;
   Workspace ws_;
 };
@@ -122,7 +147,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGpt2(const ModelConfig& config, Weigh
   if (config.num_heads * config.head_dim != config.hidden_size) {
     return absl::InvalidArgumentError("gpt2: n_embd must equal n_head * head_dim");
   }
-  auto model = std::make_unique<Gpt2Model>(config, options.max_num_tokens);
+  auto model = std::make_unique<Gpt2Model>(config, options);
   RETURN_IF_ERROR(model->Load(loader, backend));
   return model;
 }

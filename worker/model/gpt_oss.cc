@@ -9,6 +9,13 @@
 // Expert weights come as MXFP4 blocks/scales (the HF checkpoint) or dense tensors in HF's parameter
 // layout [E, in, out]; both become ExpertWeights in [E, out, in] for the backend. The CPU backend
 // takes dense experts, so MXFP4 is decoded on the host at load.
+//
+// Tensor parallelism splits each expert's intermediate dimension (every rank holds every expert):
+// gate_up is column-parallel (this rank's interleaved gate/up row pairs), down row-parallel (its
+// columns; down_bias on rank 0, zeros elsewhere, since Experts adds it per routed expert), and
+// the Experts output is all-reduced. This keeps the Experts op unchanged; expert parallelism
+// would need an op that skips experts this rank does not hold.
+#include <algorithm>
 #include <vector>
 
 #include "common/status.h"
@@ -52,9 +59,50 @@ Buffer LoadExpertMatrix(WeightLoader& loader, const std::string& name, int64_t e
   return loader.Upload(TransposeExperts(host, experts, in, rows), {experts, rows, in});
 }
 
+// `slice` (dim 1: rows, dim 2: in, one range) of the [E, rows, in] expert matrix `name`.
+Buffer LoadExpertMatrixSlice(WeightLoader& loader, const std::string& name, int64_t experts,
+                             int64_t rows, int64_t in, const TensorSlice& slice) {
+  const int64_t begin = slice.ranges[0].begin, end = slice.ranges[0].end;
+  const int64_t out_rows = slice.dim == 1 ? end - begin : rows;
+  const int64_t out_in = slice.dim == 2 ? end - begin : in;
+  if (loader.Has(name + "_blocks")) {
+    // MXFP4 packs 32 inputs per block: read the blocks that cover an input range, decode, crop.
+    const int64_t groups = in / 32;
+    TensorSlice stored = slice;
+    int64_t first_group = 0, num_groups = groups;
+    if (slice.dim == 2) {
+      first_group = begin / 32;
+      num_groups = (end + 31) / 32 - first_group;
+      stored.ranges = {{first_group, first_group + num_groups}};
+    }
+    std::vector<uint8_t> blocks = loader.TakeBytes(
+        name + "_blocks", {experts, rows, groups, 16}, kernels::DType::kU8, stored);
+    std::vector<uint8_t> scales =
+        loader.TakeBytes(name + "_scales", {experts, rows, groups}, kernels::DType::kU8, stored);
+    if (blocks.empty() || scales.empty()) return {};
+    const int64_t decoded_in = num_groups * 32, n = experts * out_rows;
+    std::vector<float> decoded(static_cast<size_t>(n * decoded_in));
+    if (!kernels::DequantizeMxfp4(blocks, scales, n, num_groups, decoded).ok()) return {};
+    std::vector<float> dense(static_cast<size_t>(n * out_in));
+    const int64_t skip = slice.dim == 2 ? begin - first_group * 32 : 0;
+    for (int64_t r = 0; r < n; ++r) {
+      std::copy_n(decoded.begin() + r * decoded_in + skip, out_in, dense.begin() + r * out_in);
+    }
+    return loader.Upload(dense, {experts, out_rows, out_in});
+  }
+  // HF parameter layout [E, in, rows]: our dim 1 is its dim 2 and vice versa.
+  const TensorSlice stored{.dim = 3 - slice.dim, .ranges = slice.ranges};
+  std::vector<float> host;
+  if (!loader.ReadHostFloats(name, {experts, in, rows}, stored, host)) return {};
+  return loader.Upload(TransposeExperts(host, experts, out_in, out_rows),
+                       {experts, out_rows, out_in});
+}
+
 class GptOssModel final : public Model {
  public:
-  GptOssModel(ModelConfig config, int max_tokens) : Model(std::move(config), max_tokens) {}
+  GptOssModel(const ModelConfig& config, const ModelLoadOptions& options)
+      : Model(config, RankConfig(config, TpShard::FromOptions(options)), options),
+        tp_(TpShard::FromOptions(options)) {}
 
   absl::Status Load(WeightLoader& loader, Backend& backend) {
     const ModelConfig& c = config();
@@ -72,18 +120,15 @@ class GptOssModel final : public Model {
       Layer layer;
       layer.input_norm = loader.Take(p + "input_layernorm.weight", {h});
       layer.post_attention_norm = loader.Take(p + "post_attention_layernorm.weight", {h});
-      layer.attention = AttentionWeights::Load(loader, c, p);
+      layer.attention = AttentionWeights::Load(loader, c, tp_, p);
       layer.router = loader.Take(p + "mlp.router.weight", {e, h});
       layer.router_bias = loader.Take(p + "mlp.router.bias", {e});
-      const std::string x = p + "mlp.experts.";
-      layer.gate_up = LoadExpertMatrix(loader, x + "gate_up_proj", e, 2 * inter, h);
-      layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter});
-      layer.down = LoadExpertMatrix(loader, x + "down_proj", e, h, inter);
-      layer.down_bias = loader.Take(x + "down_proj_bias", {e, h});
+      LoadExperts(loader, c, p + "mlp.experts.", layer);
       layers_.push_back(std::move(layer));
     }
     ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
-    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, c, max_num_tokens(), inter));
+    const ModelConfig& rc = rank_config();
+    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size));
     const int64_t k = c.moe.num_experts_per_tok;
     ASSIGN_OR_RETURN(router_logits_, backend.Allocate(kernels::DType::kF32, {max_num_tokens(), e}));
     ASSIGN_OR_RETURN(topk_ids_, backend.Allocate(kernels::DType::kI32, {max_num_tokens(), k}));
@@ -114,8 +159,9 @@ class GptOssModel final : public Model {
       } else {
         RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
       }
-      RETURN_IF_ERROR(RunAttention(b, c, layer.attention, normed, &rope_.view(),
+      RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
                                    static_cast<int64_t>(i), in, kv[i], ws_, tokens));
+      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       RETURN_IF_ERROR(
           b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
       RETURN_IF_ERROR(b.Matmul(normed, layer.router.view(), &layer.router_bias.view(),
@@ -127,8 +173,10 @@ class GptOssModel final : public Model {
       experts.down = layer.down.view();
       experts.down_bias = layer.down_bias.view();
       RETURN_IF_ERROR(b.Experts(normed, topk_ids, topk_weights, experts, glu_, block_out));
+      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
     }
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
+    // Known gap: lm_head is replicated (every rank computes the full logits), not vocab-parallel.
     return RunLmHead(b, normed, lm_head_.view(), in, ws_, logits);
   }
 
@@ -137,10 +185,37 @@ class GptOssModel final : public Model {
     Buffer input_norm, post_attention_norm;  // [H]
     AttentionWeights attention;
     Buffer router, router_bias;              // [E, H], [E]
+    // I is this rank's share of intermediate_size.
     Buffer gate_up, gate_up_bias;            // [E, 2I, H] (rows interleave gate/up), [E, 2I]
-    Buffer down, down_bias;                  // [E, H, I], [E, H]
+    Buffer down, down_bias;                  // [E, H, I], [E, H] (zeros on ranks other than 0)
   };
 
+  void LoadExperts(WeightLoader& loader, const ModelConfig& c, const std::string& x,
+                   Layer& layer) {
+    const int64_t h = c.hidden_size, inter = c.intermediate_size, e = c.moe.num_experts;
+    if (!tp_.sharded()) {
+      layer.gate_up = LoadExpertMatrix(loader, x + "gate_up_proj", e, 2 * inter, h);
+      layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter});
+      layer.down = LoadExpertMatrix(loader, x + "down_proj", e, h, inter);
+      layer.down_bias = loader.Take(x + "down_proj_bias", {e, h});
+      return;
+    }
+    // Features [rank * I / tp, ...) are gate/up row pairs [2 * rank * I / tp, ...).
+    const TensorSlice gate_up_rows = tp_.Split(1, 2 * inter);
+    layer.gate_up =
+        LoadExpertMatrixSlice(loader, x + "gate_up_proj", e, 2 * inter, h, gate_up_rows);
+    layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter}, gate_up_rows);
+    layer.down = LoadExpertMatrixSlice(loader, x + "down_proj", e, h, inter, tp_.Split(2, inter));
+    const std::string down_bias = x + "down_proj_bias";
+    if (tp_.rank != 0 && loader.Has(down_bias)) {
+      loader.Ignore(down_bias);
+      layer.down_bias = loader.Upload(std::vector<float>(static_cast<size_t>(e * h), 0.0f), {e, h});
+    } else {
+      layer.down_bias = loader.Take(down_bias, {e, h});
+    }
+  }
+
+  TpShard tp_;
   Backend* backend_ = nullptr;
   Buffer embed_, lm_head_, final_norm_, rope_;
   Buffer router_logits_, topk_ids_, topk_weights_;  // [T, E] f32, [T, k] i32, [T, k] f32
@@ -154,7 +229,7 @@ class GptOssModel final : public Model {
 absl::StatusOr<std::unique_ptr<Model>> LoadGptOss(const ModelConfig& config, WeightLoader& loader,
                                                   Backend& backend,
                                                   const ModelLoadOptions& options) {
-  auto model = std::make_unique<GptOssModel>(config, options.max_num_tokens);
+  auto model = std::make_unique<GptOssModel>(config, options);
   RETURN_IF_ERROR(model->Load(loader, backend));
   return model;
 }

@@ -2,8 +2,10 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/rope_table.h"
+#include "worker/parallel/communicator.h"
 
 namespace xserv::model {
 namespace {
@@ -30,16 +32,35 @@ kernels::RopeSpec RopeSpecFor(const ModelConfig& config) {
   return spec;
 }
 
-// An empty Buffer unless the config says the model has this weight.
-Buffer TakeIf(WeightLoader& loader, bool wanted, const std::string& name,
-              std::vector<int64_t> shape) {
-  if (!wanted) return {};
-  return loader.Take(name, std::move(shape));
-}
-
-const Tensor* OrNull(const Buffer& b) { return b.empty() ? nullptr : &b.view(); }
 
 }  // namespace
+
+absl::Status AllReduceSum(parallel::Communicator* comm, Backend& backend, const Tensor& t) {
+  if (comm == nullptr || comm->world_size() == 1) return absl::OkStatus();
+  if (backend.device() != kernels::DeviceType::kCpu || t.device != kernels::DeviceType::kCpu ||
+      t.dtype != kernels::DType::kF32 || !t.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduceSum: tensor parallelism takes contiguous f32 host tensors on the "
+                     "cpu backend for now, got ", t.Describe(), " on ", backend.name()));
+  }
+  return comm->AllReduce(std::span<float>(t.as<float>(), static_cast<size_t>(t.numel())),
+                         parallel::ReduceOp::kSum);
+}
+
+Buffer TakeShard(WeightLoader& loader, const TpShard& tp, const std::string& name,
+                 const std::vector<int64_t>& shape, const TensorSlice& slice) {
+  if (!tp.sharded()) return loader.Take(name, shape);
+  return loader.Take(name, shape, slice);
+}
+
+Buffer TakeRowParallelBias(WeightLoader& loader, const TpShard& tp, const std::string& name,
+                           int64_t size) {
+  if (tp.rank != 0 && loader.Has(name)) {  // a missing bias is still reported, by every rank
+    loader.Ignore(name);
+    return {};
+  }
+  return loader.Take(name, {size});
+}
 
 Buffer AllocRows(Backend& backend, int64_t rows, int64_t cols, absl::Status& status) {
   auto buffer = backend.Allocate(backend.compute_dtype(), {rows, cols});
@@ -61,33 +82,44 @@ absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend
 }
 
 AttentionWeights AttentionWeights::Load(WeightLoader& loader, const ModelConfig& c,
-                                        const std::string& prefix) {
+                                        const TpShard& tp, const std::string& prefix) {
   const std::string p = prefix + "self_attn.";
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  const int64_t kv_begin = tp.KvHeadBegin(c), kv_end = kv_begin + tp.KvHeadsPerRank(c);
+  const TensorSlice q_rows = tp.Split(0, q_dim);
+  const TensorSlice kv_rows = TpShard::Blocks(0, kv_begin, kv_end, c.head_dim);
   AttentionWeights w;
-  w.q = loader.Take(p + "q_proj.weight", {q_dim, c.hidden_size});
-  w.k = loader.Take(p + "k_proj.weight", {kv_dim, c.hidden_size});
-  w.v = loader.Take(p + "v_proj.weight", {kv_dim, c.hidden_size});
-  w.o = loader.Take(p + "o_proj.weight", {c.hidden_size, q_dim});
-  w.q_bias = TakeIf(loader, c.qkv_bias, p + "q_proj.bias", {q_dim});
-  w.k_bias = TakeIf(loader, c.qkv_bias, p + "k_proj.bias", {kv_dim});
-  w.v_bias = TakeIf(loader, c.qkv_bias, p + "v_proj.bias", {kv_dim});
-  w.o_bias = TakeIf(loader, c.o_proj_bias, p + "o_proj.bias", {c.hidden_size});
-  w.q_norm = TakeIf(loader, c.qk_norm, p + "q_norm.weight", {c.head_dim});
-  w.k_norm = TakeIf(loader, c.qk_norm, p + "k_norm.weight", {c.head_dim});
+  w.q = TakeShard(loader, tp, p + "q_proj.weight", {q_dim, c.hidden_size}, q_rows);
+  w.k = TakeShard(loader, tp, p + "k_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
+  w.v = TakeShard(loader, tp, p + "v_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
+  w.o = TakeShard(loader, tp, p + "o_proj.weight", {c.hidden_size, q_dim}, tp.Split(1, q_dim));
+  if (c.qkv_bias) {
+    w.q_bias = TakeShard(loader, tp, p + "q_proj.bias", {q_dim}, q_rows);
+    w.k_bias = TakeShard(loader, tp, p + "k_proj.bias", {kv_dim}, kv_rows);
+    w.v_bias = TakeShard(loader, tp, p + "v_proj.bias", {kv_dim}, kv_rows);
+  }
+  if (c.o_proj_bias) w.o_bias = TakeRowParallelBias(loader, tp, p + "o_proj.bias", c.hidden_size);
+  if (c.qk_norm) {
+    w.q_norm = loader.Take(p + "q_norm.weight", {c.head_dim});
+    w.k_norm = loader.Take(p + "k_norm.weight", {c.head_dim});
+  }
   if (c.architecture == Architecture::kGptOss) {  // softmax-side logits stay f32 on every backend
-    w.sinks = loader.Take(p + "sinks", {c.num_heads}, kernels::DType::kF32);
+    const std::string name = p + "sinks";
+    w.sinks = tp.sharded()
+                  ? loader.Take(name, {c.num_heads}, tp.Split(0, c.num_heads), kernels::DType::kF32)
+                  : loader.Take(name, {c.num_heads}, kernels::DType::kF32);
   }
   return w;
 }
 
 GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, const ModelConfig& c,
-                                      const std::string& prefix) {
+                                      const TpShard& tp, const std::string& prefix) {
   const std::string p = prefix + "mlp.";
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
   GatedMlpWeights w;
-  w.gate = loader.Take(p + "gate_proj.weight", {c.intermediate_size, c.hidden_size});
-  w.up = loader.Take(p + "up_proj.weight", {c.intermediate_size, c.hidden_size});
-  w.down = loader.Take(p + "down_proj.weight", {c.hidden_size, c.intermediate_size});
+  w.gate = TakeShard(loader, tp, p + "gate_proj.weight", {inter, h}, tp.Split(0, inter));
+  w.up = TakeShard(loader, tp, p + "up_proj.weight", {inter, h}, tp.Split(0, inter));
+  w.down = TakeShard(loader, tp, p + "down_proj.weight", {h, inter}, tp.Split(1, inter));
   return w;
 }
 

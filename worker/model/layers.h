@@ -9,6 +9,7 @@
 #include "common/model_config/model_config.h"
 #include "kernels/backend.h"
 #include "worker/model/model.h"
+#include "worker/model/tensor_parallel.h"
 #include "worker/model/weight_loader.h"
 
 namespace xserv::model {
@@ -17,31 +18,52 @@ using kernels::Backend;
 using kernels::Buffer;
 using kernels::Tensor;
 
+// An optional weight (bias) as the op API takes it: null when absent.
+inline const Tensor* OrNull(const Buffer& b) { return b.empty() ? nullptr : &b.view(); }
+
 // Allocates [rows, cols] of the backend's compute dtype, recording failure in `status`.
 Buffer AllocRows(Backend& backend, int64_t rows, int64_t cols, absl::Status& status);
 
 // The RoPE cos/sin table for the config (kernels/rope_table.h), f32 on the device.
 absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend);
 
-// Self-attention weights of one layer (HF names under `prefix` + "self_attn.").
+// Sums `t` in place over the tensor-parallel group: the partial outputs of a row-parallel layer.
+// A no-op without a communicator (tp_size 1). For now only the CPU backend's contiguous f32 host
+// tensors (InvalidArgument otherwise); the CUDA backend will route this one call to NCCL.
+absl::Status AllReduceSum(parallel::Communicator* comm, Backend& backend, const Tensor& t);
+
+// The whole tensor when `tp` is not sharded (the plain Take), else its `slice`.
+Buffer TakeShard(WeightLoader& loader, const TpShard& tp, const std::string& name,
+                 const std::vector<int64_t>& shape, const TensorSlice& slice);
+// The bias of a row-parallel layer: on rank 0 only (empty elsewhere), so that it enters the
+// all-reduced sum once.
+Buffer TakeRowParallelBias(WeightLoader& loader, const TpShard& tp, const std::string& name,
+                           int64_t size);
+
+// Self-attention weights of one layer (HF names under `prefix` + "self_attn."); heads and kv are
+// this rank's (RankConfig), H the full hidden size.
 struct AttentionWeights {
   Buffer q, k, v, o;                 // [heads*hd, H], [kv*hd, H], [kv*hd, H], [H, heads*hd]
-  Buffer q_bias, k_bias, v_bias, o_bias;  // optional
-  Buffer q_norm, k_norm;             // optional [hd] (Qwen3 QK-norm)
+  Buffer q_bias, k_bias, v_bias;     // optional [heads*hd], [kv*hd], [kv*hd]
+  Buffer o_bias;                     // optional [H]; rank 0 only
+  Buffer q_norm, k_norm;             // optional [hd] (Qwen3 QK-norm), replicated
   Buffer sinks;                      // optional [heads] (gpt-oss), f32
 
-  static AttentionWeights Load(WeightLoader& loader, const ModelConfig& config,
+  // `config` is the checkpoint's (full shapes), `tp` selects this rank's heads.
+  static AttentionWeights Load(WeightLoader& loader, const ModelConfig& config, const TpShard& tp,
                                const std::string& prefix);
 };
 
-// Gated (SwiGLU) MLP weights: gate/up [I, H], down [H, I].
+// Gated (SwiGLU) MLP weights: gate/up [I, H] (column-parallel), down [H, I] (row-parallel), I
+// this rank's share of intermediate_size.
 struct GatedMlpWeights {
   Buffer gate, up, down;
-  static GatedMlpWeights Load(WeightLoader& loader, const ModelConfig& config,
+  static GatedMlpWeights Load(WeightLoader& loader, const ModelConfig& config, const TpShard& tp,
                               const std::string& prefix);
 };
 
-// Scratch activations for up to max_tokens rows, allocated once at load.
+// Scratch activations for up to max_tokens rows, allocated once at load; `config` is this rank's
+// (RankConfig), so heads and kv are per rank.
 struct Workspace {
   Buffer normed;     // [T, H]
   Buffer residual;   // [T, H]
@@ -56,13 +78,15 @@ struct Workspace {
 };
 
 // q/k/v projections (+bias, QK-norm, RoPE), KV write and paged attention, then the output
-// projection into ws.block_out. `normed` is the layer input [T, H].
+// projection into ws.block_out. `normed` is the layer input [T, H]; `config` is this rank's
+// (RankConfig). Under tensor parallelism block_out holds this rank's partial sum: the caller
+// all-reduces it.
 absl::Status RunAttention(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
                           const Tensor& normed, const Tensor* rope_table, int64_t layer,
                           const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
                           int64_t tokens);
 
-// down(silu(gate(x)) * up(x)) into ws.block_out.
+// down(silu(gate(x)) * up(x)) into ws.block_out (a partial sum under tensor parallelism).
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
                          Workspace& ws, int64_t tokens);
 

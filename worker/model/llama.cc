@@ -19,7 +19,9 @@ namespace {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(ModelConfig config, int max_tokens) : Model(std::move(config), max_tokens) {}
+  LlamaModel(const ModelConfig& config, const ModelLoadOptions& options)
+      : Model(config, RankConfig(config, TpShard::FromOptions(options)), options),
+        tp_(TpShard::FromOptions(options)) {}
 
   absl::Status Load(WeightLoader& loader, Backend& backend) {
     const ModelConfig& c = config();
@@ -37,12 +39,13 @@ class LlamaModel final : public Model {
       layer.input_norm = loader.Take(prefix + "input_layernorm.weight", {c.hidden_size});
       layer.post_attention_norm =
           loader.Take(prefix + "post_attention_layernorm.weight", {c.hidden_size});
-      layer.attention = AttentionWeights::Load(loader, c, prefix);
-      layer.mlp = GatedMlpWeights::Load(loader, c, prefix);
+      layer.attention = AttentionWeights::Load(loader, c, tp_, prefix);
+      layer.mlp = GatedMlpWeights::Load(loader, c, tp_, prefix);
       layers_.push_back(std::move(layer));
     }
     ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
-    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, c, max_num_tokens(), c.intermediate_size));
+    const ModelConfig& rc = rank_config();
+    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size));
     return absl::OkStatus();
   }
 
@@ -67,18 +70,21 @@ class LlamaModel final : public Model {
       const auto layer_index = static_cast<int64_t>(i);
       Observe(layer_index, "input", residual);
       Observe(layer_index, "attn_in", normed);
-      RETURN_IF_ERROR(RunAttention(b, c, layer.attention, normed, &rope_.view(), layer_index, in,
-                                   kv[i], ws_, tokens));
-      Observe(layer_index, "attn", ws_.attn.view().SliceRows(0, tokens));
+      RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
+                                   layer_index, in, kv[i], ws_, tokens));
+      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
+      Observe(layer_index, "attn", ws_.attn.view().SliceRows(0, tokens));  // this rank's heads
       Observe(layer_index, "attn_out", block_out);
       RETURN_IF_ERROR(
           b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
       Observe(layer_index, "mlp_in", normed);
       RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens));
+      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       Observe(layer_index, "mlp_out", block_out);
     }
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
     Observe(-1, "final_norm", normed);
+    // Known gap: lm_head is replicated (every rank computes the full logits), not vocab-parallel.
     const Tensor& lm_head = c.tie_word_embeddings ? embed_.view() : lm_head_.view();
     return RunLmHead(b, normed, lm_head, in, ws_, logits);
   }
@@ -90,6 +96,7 @@ class LlamaModel final : public Model {
     GatedMlpWeights mlp;
   };
 
+  TpShard tp_;
   Backend* backend_ = nullptr;
   Buffer embed_;       // [V, H]
   Buffer lm_head_;     // [V, H], empty when tied
@@ -104,7 +111,7 @@ class LlamaModel final : public Model {
 absl::StatusOr<std::unique_ptr<Model>> LoadLlamaFamily(const ModelConfig& config,
                                                        WeightLoader& loader, Backend& backend,
                                                        const ModelLoadOptions& options) {
-  auto model = std::make_unique<LlamaModel>(config, options.max_num_tokens);
+  auto model = std::make_unique<LlamaModel>(config, options);
   RETURN_IF_ERROR(model->Load(loader, backend));
   return model;
 }

@@ -4,6 +4,7 @@
 #include "common/model_config/config_parser.h"
 #include "common/status.h"
 #include "worker/model/architectures.h"
+#include "worker/model/tensor_parallel.h"
 
 namespace xserv::model {
 
@@ -39,6 +40,13 @@ absl::Status Model::CheckInputs(const ForwardInputs& in, std::span<const kernels
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels::Backend& backend,
                                                  const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
+  RETURN_IF_ERROR(ValidateTensorParallel(config, options));
+  if (options.tp_size > 1 && backend.device() != kernels::DeviceType::kCpu) {
+    // Refused at start-up rather than at the first step: AllReduceSum (layers.cc) only hands
+    // host memory to the communicator so far; the device route (NCCL) lifts this.
+    return absl::UnimplementedError(absl::StrCat("tensor parallelism on the ", backend.name(),
+                                                 " backend is not wired yet (AllReduceSum)"));
+  }
   ASSIGN_OR_RETURN(WeightLoader loader, WeightLoader::Open(dir, backend));
   std::unique_ptr<Model> model;
   switch (config.architecture) {

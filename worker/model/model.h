@@ -5,6 +5,14 @@
 // Ownership and threading: a Model owns its weights and scratch workspace on the backend it was
 // loaded with; the backend must outlive it. Forward is called only by the engine-loop thread.
 // The KV cache is owned by the caller (see kv_cache.h) and passed per step.
+//
+// Tensor parallelism (ModelLoadOptions::tp_size > 1): every rank of the group loads the same
+// directory with its own tp_rank, backend and communicator, and holds only its shard (see
+// tensor_parallel.h for the split). Every rank must call Forward for every step with the same
+// ForwardInputs (same tokens, positions, block tables and slots: the KV block layout is the same
+// on every rank, only the heads in a block differ) and its own KV cache sized by rank_config(),
+// because Forward all-reduces twice per layer through the communicator. Every rank returns the
+// full logits.
 #pragma once
 
 #include <functional>
@@ -15,6 +23,10 @@
 #include "absl/status/statusor.h"
 #include "common/model_config/model_config.h"
 #include "kernels/backend.h"
+
+namespace xserv::parallel {
+class Communicator;
+}  // namespace xserv::parallel
 
 namespace xserv::model {
 
@@ -29,6 +41,14 @@ struct ForwardInputs {
 
 struct ModelLoadOptions {
   int max_num_tokens = 2048;  // most tokens one Forward may take (sizes the workspace)
+  // Tensor parallelism: this rank's index in its group and the group's size. tp_size must divide
+  // the attention heads and the (per-expert) intermediate size, and divide or be a multiple of
+  // the KV heads; otherwise LoadModel fails with InvalidArgument naming the dimension.
+  int tp_rank = 0;
+  int tp_size = 1;
+  // The group's communicator (rank tp_rank of tp_size), required when tp_size > 1. Not owned; it
+  // must outlive the model and is used only inside Forward, on the thread that calls Forward.
+  parallel::Communicator* tp_comm = nullptr;
 };
 
 // Called during Forward with named intermediate activations ("layers.3.attn_out", see each
@@ -41,7 +61,14 @@ class Model {
  public:
   virtual ~Model() = default;
 
+  // The checkpoint's configuration: the whole model, whatever this rank holds.
   const ModelConfig& config() const { return config_; }
+  // The shapes this rank holds: config() with num_heads, num_kv_heads and intermediate_size of
+  // its tensor-parallel shard (equal to config() when tp_size == 1). Size the KV cache with it:
+  // KvCache::Allocate(backend, model.rank_config(), ...) and KvCache::BytesPerBlock likewise.
+  const ModelConfig& rank_config() const { return rank_config_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
   int max_num_tokens() const { return max_num_tokens_; }
 
   // Runs every layer over the step's tokens, writes their keys and values into `kv` (one entry
@@ -53,8 +80,13 @@ class Model {
   void set_activation_observer(ActivationObserver observer) { observer_ = std::move(observer); }
 
  protected:
-  Model(ModelConfig config, int max_num_tokens)
-      : config_(std::move(config)), max_num_tokens_(max_num_tokens) {}
+  // `rank_config` is RankConfig(config, ...) of tensor_parallel.h.
+  Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions& options)
+      : config_(std::move(config)),
+        rank_config_(std::move(rank_config)),
+        tp_rank_(options.tp_rank),
+        tp_size_(options.tp_size),
+        max_num_tokens_(options.max_num_tokens) {}
 
   // Checks shapes common to every architecture: T within the workspace, matching KV layers.
   absl::Status CheckInputs(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
@@ -65,6 +97,9 @@ class Model {
 
  private:
   ModelConfig config_;
+  ModelConfig rank_config_;
+  int tp_rank_;
+  int tp_size_;
   int max_num_tokens_;
   ActivationObserver observer_;
 };

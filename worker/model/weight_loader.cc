@@ -15,6 +15,17 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+int64_t TensorSlice::extent() const {
+  int64_t n = 0;
+  for (const Range& r : ranges) n += r.end - r.begin;
+  return n;
+}
+
+std::vector<int64_t> TensorSlice::Apply(std::vector<int64_t> shape) const {
+  if (dim >= 0 && dim < static_cast<int>(shape.size())) shape[dim] = extent();
+  return shape;
+}
+
 absl::StatusOr<WeightLoader> WeightLoader::Open(const std::string& dir, kernels::Backend& backend) {
   auto checkpoint = safetensors::SafetensorsModel::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
@@ -36,6 +47,43 @@ std::optional<safetensors::TensorView> WeightLoader::Lookup(const std::string& n
   }
   bytes_loaded_ += view->data.size();
   return std::move(*view);
+}
+
+std::optional<WeightLoader::SlicedBytes> WeightLoader::LookupSlice(
+    const std::string& name, const std::vector<int64_t>& shape, const TensorSlice& slice) {
+  const auto rank = static_cast<int>(shape.size());
+  bool valid = slice.dim >= 0 && slice.dim < rank && !slice.ranges.empty();
+  for (const TensorSlice::Range& r : slice.ranges) {
+    valid = valid && 0 <= r.begin && r.begin < r.end && r.end <= shape[slice.dim];
+  }
+  if (!valid) {  // a caller bug, but reported like every other problem of the load
+    problems_.push_back(absl::StrCat("tensor ", name, ": bad slice of dim ", slice.dim, " of ",
+                                     ShapeString(shape)));
+    return std::nullopt;
+  }
+  const uint64_t before = bytes_loaded_;
+  auto view = Lookup(name, shape);
+  bytes_loaded_ = before;  // only the slice is counted, below
+  if (!view) return std::nullopt;
+  // Row-major: the tensor is `outer` runs of shape[dim] sub-blocks of `inner` bytes each.
+  const size_t elem = safetensors::DTypeSize(view->dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < slice.dim; ++d) outer *= shape[d];
+  for (int d = slice.dim + 1; d < rank; ++d) inner *= shape[d];
+  const size_t inner_bytes = static_cast<size_t>(inner) * elem;
+  SlicedBytes out{.dtype = view->dtype, .shape = slice.Apply(shape), .data = {}};
+  out.data.resize(static_cast<size_t>(outer * slice.extent()) * inner_bytes);
+  std::byte* dst = out.data.data();
+  for (int64_t o = 0; o < outer; ++o) {
+    const std::byte* run = view->data.data() + o * shape[slice.dim] * inner_bytes;
+    for (const TensorSlice::Range& r : slice.ranges) {
+      const size_t n = static_cast<size_t>(r.end - r.begin) * inner_bytes;
+      std::memcpy(dst, run + r.begin * inner_bytes, n);
+      dst += n;
+    }
+  }
+  bytes_loaded_ += out.data.size();
+  return out;
 }
 
 bool WeightLoader::ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
@@ -120,6 +168,78 @@ kernels::Buffer WeightLoader::Upload(const std::vector<float>& values, std::vect
     return {};
   }
   return std::move(*converted);
+}
+
+bool WeightLoader::ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
+                                  const TensorSlice& slice, std::vector<float>& out) {
+  auto sliced = LookupSlice(name, shape, slice);
+  if (!sliced) return false;
+  out.resize(sliced->data.size() / safetensors::DTypeSize(sliced->dtype));
+  if (auto status = safetensors::ConvertToFloat(sliced->dtype, sliced->data, out); !status.ok()) {
+    problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+    return false;
+  }
+  return true;
+}
+
+kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<int64_t>& shape,
+                                   const TensorSlice& slice) {
+  return Take(name, shape, slice, backend_->compute_dtype());
+}
+
+kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<int64_t>& shape,
+                                   const TensorSlice& slice, kernels::DType dtype) {
+  std::vector<float> host;
+  {
+    auto sliced = LookupSlice(name, shape, slice);
+    if (!sliced) return {};
+    if (sliced->dtype == dtype) {  // no conversion: upload the gathered bytes as they are
+      auto buffer = backend_->Allocate(dtype, sliced->shape);
+      if (!buffer.ok() || !backend_->CopyFromHost(sliced->data.data(), buffer->view()).ok()) {
+        problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
+        return {};
+      }
+      return std::move(*buffer);
+    }
+    host.resize(sliced->data.size() / safetensors::DTypeSize(sliced->dtype));
+    if (auto status = safetensors::ConvertToFloat(sliced->dtype, sliced->data, host);
+        !status.ok()) {
+      problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+      return {};
+    }
+  }
+  return Upload(host, slice.Apply(shape), dtype);
+}
+
+kernels::Buffer WeightLoader::TakeTransposed(const std::string& name, int64_t rows, int64_t cols,
+                                             const TensorSlice& slice) {
+  // Dimension d of the [rows, cols] result is dimension 1 - d of the stored [cols, rows].
+  const TensorSlice stored{.dim = 1 - slice.dim, .ranges = slice.ranges};
+  std::vector<float> host;
+  if (!ReadHostFloats(name, {cols, rows}, stored, host)) return {};
+  const std::vector<int64_t> out_shape = slice.Apply({rows, cols});
+  const int64_t out_rows = out_shape[0], out_cols = out_shape[1];
+  std::vector<float> transposed(host.size());
+  for (int64_t r = 0; r < out_rows; ++r) {
+    for (int64_t c = 0; c < out_cols; ++c) transposed[r * out_cols + c] = host[c * out_rows + r];
+  }
+  return Upload(transposed, out_shape);
+}
+
+std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name,
+                                             const std::vector<int64_t>& shape,
+                                             kernels::DType dtype, const TensorSlice& slice) {
+  auto sliced = LookupSlice(name, shape, slice);
+  if (!sliced) return {};
+  if (sliced->dtype != dtype) {
+    problems_.push_back(absl::StrCat("tensor ", name, " is ",
+                                     std::string(safetensors::DTypeName(sliced->dtype)),
+                                     ", expected ", std::string(safetensors::DTypeName(dtype))));
+    return {};
+  }
+  std::vector<uint8_t> bytes(sliced->data.size());
+  std::memcpy(bytes.data(), sliced->data.data(), bytes.size());
+  return bytes;
 }
 
 void WeightLoader::Ignore(const std::string& name) { used_.insert(name); }

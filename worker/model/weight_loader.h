@@ -16,6 +16,24 @@
 
 namespace xserv::model {
 
+// The part of a checkpoint tensor one tensor-parallel rank loads: along dimension `dim`, the
+// index ranges `ranges` concatenated in order. One range is a plain shard (rows of a
+// column-parallel [out, in] weight, columns of a row-parallel one); several cut one rank's q, k
+// and v blocks out of a fused projection (GPT-2's c_attn).
+struct TensorSlice {
+  struct Range {
+    int64_t begin = 0;  // inclusive
+    int64_t end = 0;    // exclusive
+  };
+  int dim = 0;
+  std::vector<Range> ranges;
+
+  // Indices selected along `dim` (the sliced tensor's size there).
+  int64_t extent() const;
+  // `shape` with dimension `dim` replaced by extent().
+  std::vector<int64_t> Apply(std::vector<int64_t> shape) const;
+};
+
 class WeightLoader {
  public:
   static absl::StatusOr<WeightLoader> Open(const std::string& dir, kernels::Backend& backend);
@@ -42,6 +60,20 @@ class WeightLoader {
   kernels::Buffer Upload(const std::vector<float>& values, std::vector<int64_t> shape,
                          kernels::DType dtype);
 
+  // Sliced variants: `shape` is the whole checkpoint tensor's shape (checked as above); the
+  // result holds only `slice`, and only its bytes are read and counted in bytes_loaded().
+  kernels::Buffer Take(const std::string& name, const std::vector<int64_t>& shape,
+                       const TensorSlice& slice);
+  kernels::Buffer Take(const std::string& name, const std::vector<int64_t>& shape,
+                       const TensorSlice& slice, kernels::DType dtype);
+  // `slice` refers to the transposed [rows, cols] result, not to the stored [cols, rows] layout.
+  kernels::Buffer TakeTransposed(const std::string& name, int64_t rows, int64_t cols,
+                                 const TensorSlice& slice);
+  std::vector<uint8_t> TakeBytes(const std::string& name, const std::vector<int64_t>& shape,
+                                 kernels::DType dtype, const TensorSlice& slice);
+  bool ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
+                      const TensorSlice& slice, std::vector<float>& out);
+
   // Marks a tensor as deliberately unused (e.g. lm_head.weight of a tied model).
   void Ignore(const std::string& name);
 
@@ -58,6 +90,15 @@ class WeightLoader {
   // The tensor `name` if present with `shape` (marked used, bytes counted); records problems.
   std::optional<safetensors::TensorView> Lookup(const std::string& name,
                                                 const std::vector<int64_t>& shape);
+  // Like Lookup, but copies out only `slice` (its bytes counted, not the whole tensor's).
+  struct SlicedBytes {
+    safetensors::DType dtype;
+    std::vector<int64_t> shape;  // the slice's
+    std::vector<std::byte> data;
+  };
+  std::optional<SlicedBytes> LookupSlice(const std::string& name,
+                                         const std::vector<int64_t>& shape,
+                                         const TensorSlice& slice);
 
   std::string dir_;
   safetensors::SafetensorsModel checkpoint_;

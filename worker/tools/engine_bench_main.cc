@@ -49,7 +49,7 @@ struct BenchConfig {
   int threads = 1;
   std::string backend = "cpu";
   bool batch_invariant = false;
-  int64_t invariant_reference_rows = 64;
+  int64_t invariant_reference_rows = 256;
   int repeats = 3;
   int64_t block_size = 16;
   uint64_t seed = 0;

@@ -72,12 +72,19 @@ inline double RowRelativeError(const float* a, const float* b, int64_t vocab) {
 class Harness {
  public:
   explicit Harness(const std::string& dir, int64_t num_blocks = 64, int64_t block_size = 16)
-      : backend_(kernels::cpu::CpuBackendOptions{.num_threads = 2}) {
-    auto model = LoadModel(dir, backend_, ModelLoadOptions{.max_num_tokens = 256});
+      : Harness(dir, ModelLoadOptions{.max_num_tokens = 256}, /*num_threads=*/2, num_blocks,
+                block_size) {}
+
+  // `options` may name a tensor-parallel rank; its KV cache then holds the rank's KV heads. The
+  // shuffled block order is the same on every rank, as an engine's would be.
+  Harness(const std::string& dir, const ModelLoadOptions& options, int num_threads,
+          int64_t num_blocks = 64, int64_t block_size = 16)
+      : backend_(kernels::cpu::CpuBackendOptions{.num_threads = num_threads}) {
+    auto model = LoadModel(dir, backend_, options);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
     model_ = std::move(*model);
-    auto kv = KvCache::Allocate(backend_, model_->config(), num_blocks, block_size);
+    auto kv = KvCache::Allocate(backend_, model_->rank_config(), num_blocks, block_size);
     EXPECT_TRUE(kv.ok()) << kv.status();
     kv_ = std::make_unique<KvCache>(std::move(*kv));
     auto builder = BatchBuilder::Create(

@@ -1,5 +1,6 @@
 // One end-to-end run of the xserv-score binary: JSON lines in, one reply per line out, a bad line
-// in the middle does not stop the stream; --backend cuda is refused with a clear message.
+// in the middle does not stop the stream; an unknown backend is refused with a clear message;
+// --dump-activations writes the first request's activations.
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/safetensors/safetensors_file.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/tools/tools_test_util.h"
 
@@ -46,12 +48,28 @@ TEST(ScoreCliTest, ScoresLinesAndSurvivesABadOne) {
   EXPECT_EQ(replies[2]["logprobs"].size(), 2u);
 }
 
-TEST(ScoreCliTest, CudaBackendIsRefusedClearly) {
+TEST(ScoreCliTest, UnknownBackendIsRefusedClearly) {
   ScratchDir tmp;
-  EXPECT_NE(RunScore(tmp, "--model " + TestModelDir("qwen3-tiny") + " --backend cuda", ""), 0);
-  EXPECT_NE(ReadFileBytes(tmp / "err.txt").find("CUDA backend is not built yet"),
+  EXPECT_EQ(RunScore(tmp, "--model " + TestModelDir("qwen3-tiny") + " --backend tpu", ""), 2);
+  EXPECT_NE(ReadFileBytes(tmp / "err.txt").find("--backend \"tpu\" is not available"),
             std::string::npos)
       << ReadFileBytes(tmp / "err.txt");
+}
+
+TEST(ScoreCliTest, DumpsActivationsOfTheFirstRequest) {
+  ScratchDir tmp;
+  const std::string dump = tmp / "acts.safetensors";
+  ASSERT_EQ(RunScore(tmp, "--model " + TestModelDir("qwen3-tiny") + " --dump-activations " + dump,
+                     "{\"ids\": [1, 2, 3]}\n{\"ids\": [4, 5]}\n"),
+            0)
+      << ReadFileBytes(tmp / "err.txt");
+  auto file = safetensors::SafetensorsFile::Open(dump);
+  ASSERT_TRUE(file.ok()) << file.status();
+  // Two layers x six points + final_norm, each [3 tokens, hidden 64] of the first request.
+  EXPECT_EQ(file->num_tensors(), 13u);
+  auto attn = file->Tensor("layers.1.attn_out");
+  ASSERT_TRUE(attn.ok()) << attn.status();
+  EXPECT_EQ(attn->shape, (std::vector<int64_t>{3, 64}));
 }
 
 }  // namespace
