@@ -1,13 +1,16 @@
 // xserv-worker: serves one model shard over the internal xserv.worker.v1.Worker gRPC service.
-// This process is a single-rank replica leader on the CPU backend (TP/PP ranks and the CUDA
-// backend plug into the same flags later).
+// One process per rank of a replica: the leader (tensor-parallel rank 0) runs the scheduler and
+// the engine loop; peers (--tp-rank > 0) follow the leader's step plans (worker/engine/peer_loop.h).
 //
-// Lifecycle: load the model, size the KV pool, start the engine loop and the gRPC server, report
-// SERVING; on SIGTERM/SIGINT drain (refuse new requests, let in-flight ones finish within
-// --drain-timeout-s, then abort the rest) and exit 0. A failed engine exits 1 so the supervisor
-// restarts the replica.
+// Lifecycle: start the gRPC server (Health reports STARTING; a TP leader serves Rendezvous so its
+// peers can join), join the TP group (Gloo over the leader's Rendezvous store), load this rank's
+// shard, agree on the KV pool size, start the engine loop (leader) and report SERVING. On
+// SIGTERM/SIGINT the leader drains (refuse new requests, let in-flight ones finish within
+// --drain-timeout-s, then abort the rest), tells the peers to stop and exits 0. A failed engine or
+// a broken communicator exits 1 so the supervisor restarts the whole replica.
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +18,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
 #include "common/status.h"
@@ -25,8 +29,11 @@
 #endif
 #include "spdlog/spdlog.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/peer_loop.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/parallel/rendezvous_rpc_store.h"
 #include "worker/service/rendezvous_store.h"
 #include "worker/service/worker_service.h"
 
@@ -57,6 +64,9 @@ struct WorkerFlags {
   double drain_timeout_s = 30;
   // Rank layout of this process within its replica (TP x PP) and the replica's id.
   int tp_size = 1, tp_rank = 0, pp_size = 1, pp_rank = 0, replica_id = 0;
+  std::string leader_address;  // host:port of rank 0 (peers); rank 0 uses its own
+  uint64_t replica_epoch = 1;  // incarnation of the replica (the supervisor counts launches)
+  double comm_timeout_s = 300;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -101,11 +111,98 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block) {
   return static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
 }
 
+absl::Status CheckLayout(const WorkerFlags& f) {
+  if (f.pp_size != 1 || f.pp_rank != 0) {
+    return absl::UnimplementedError("pipeline parallelism (--pp-size > 1) is not available yet");
+  }
+  if (f.tp_size < 1 || f.tp_rank < 0 || f.tp_rank >= f.tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp-rank ", f.tp_rank, " is outside [0, ",
+                                                   f.tp_size, ")"));
+  }
+  if (f.tp_rank > 0 && f.leader_address.empty()) {
+    return absl::InvalidArgumentError("a peer rank (--tp-rank > 0) needs --leader-address");
+  }
+  return absl::OkStatus();
+}
+
+// Joins the replica's tensor-parallel group (null for --tp-size 1): the Gloo rendezvous goes
+// through the leader's Rendezvous RPC, which this very process serves when it is the leader.
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinTensorParallelGroup(
+    const WorkerFlags& f, int bound_port) {
+  if (f.tp_size == 1) return std::unique_ptr<parallel::Communicator>();
+  const bool any_address = f.host.empty() || f.host == "0.0.0.0" || f.host == "::";
+  const std::string leader =
+      f.tp_rank == 0 && f.leader_address.empty()
+          ? absl::StrCat(any_address ? std::string("127.0.0.1") : f.host, ":", bound_port)
+          : f.leader_address;
+  spdlog::info("joining tensor-parallel group as rank {} of {} (leader {}, epoch {})", f.tp_rank,
+               f.tp_size, leader, f.replica_epoch);
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(f.comm_timeout_s * 1000));
+  return parallel::CreateGlooCommunicator(parallel::GlooOptions{
+      .rank = f.tp_rank,
+      .world_size = f.tp_size,
+      .interface_or_host = f.host,
+      .store = std::make_shared<parallel::RendezvousRpcKeyValueStore>(leader, f.replica_epoch),
+      .prefix = "tp",
+      .timeout = timeout});
+}
+
+// Every rank must address the same block ids: the pool is the smallest any rank can hold.
+absl::StatusOr<int64_t> AgreeOnMinimum(parallel::Communicator* comm, int64_t value) {
+  if (comm == nullptr) return value;
+  constexpr int64_t kExactInFloat = int64_t{1} << 24;
+  std::array<float, 1> negated = {-static_cast<float>(std::min(value, kExactInFloat))};
+  RETURN_IF_ERROR(comm->AllReduce(negated, parallel::ReduceOp::kMax));
+  return static_cast<int64_t>(-negated[0]);
+}
+
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  std::ofstream(path + ".tmp") << port << "\n";
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+// A peer rank: follows the leader's step plans until it says stop (exit 0) or the group breaks
+// (exit 1). Signals are left to the leader, which drains and then stops its peers.
+template <typename Fail>
+int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backend& backend,
+            model::Model& model, model::KvCache& kv, parallel::Communicator& comm,
+            WorkerService& service, const WorkerIdentity& identity, int bound_port, Fail fail) {
+  const int64_t block_size = kv.block_size();
+  auto builder = model::BatchBuilder::Create(
+      backend, model::BatchLimits{
+                   .max_tokens = ec.scheduler.max_num_batched_tokens,
+                   .max_seqs = ec.scheduler.max_num_seqs,
+                   .max_blocks_per_seq = (ec.scheduler.max_model_len + block_size - 1) / block_size,
+                   .block_size = block_size});
+  auto logits = backend.Allocate(
+      kernels::DType::kF32,
+      {std::min(ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs),
+       model.config().vocab_size});
+  if (!builder.ok() || !logits.ok()) {
+    spdlog::error("peer buffers: {}",
+                  (builder.ok() ? logits.status() : builder.status()).ToString());
+    return fail(1);
+  }
+  service.SetIdentity(identity);
+  service.SetServing();
+  WritePortFile(f.port_file, bound_port);
+  spdlog::info("rank {} of {} following the leader", f.tp_rank, f.tp_size);
+  engine::DeviceStepRunner runner(backend, model, kv, *builder, *logits);
+  engine::PeerLoopStats stats;
+  const absl::Status status = engine::RunPeerLoop(comm, runner, &stats);
+  if (!status.ok()) {
+    spdlog::critical("peer loop failed after {} steps: {}", stats.steps, status.ToString());
+    return fail(1);
+  }
+  spdlog::info("leader said stop after {} steps; stopped", stats.steps);
+  return fail(0);
+}
+
 int Run(const WorkerFlags& f) {
-  if (f.tp_size != 1 || f.pp_size != 1 || f.tp_rank != 0 || f.pp_rank != 0) {
-    spdlog::error("tensor/pipeline parallel ranks (--tp-size {} --pp-size {}) are not available "
-                  "yet; this worker serves a whole replica alone",
-                  f.tp_size, f.pp_size);
+  if (const absl::Status layout = CheckLayout(f); !layout.ok()) {
+    spdlog::error("{}", layout.ToString());
     return 2;
   }
   auto created = CreateBackend(f);
@@ -114,56 +211,6 @@ int Run(const WorkerFlags& f) {
     return 2;
   }
   kernels::Backend& backend = **created;
-  auto model = model::LoadModel(f.model_dir, backend,
-                                model::ModelLoadOptions{.max_num_tokens = f.max_num_batched_tokens});
-  if (!model.ok()) {
-    spdlog::error("loading {}: {}", f.model_dir, model.status().ToString());
-    return 1;
-  }
-  const ModelConfig config = (*model)->config();
-  const int64_t bytes_per_block = model::KvCache::BytesPerBlock(config, f.block_size,
-                                                                backend.compute_dtype());
-  const int64_t num_blocks = KvBlocks(f, bytes_per_block);
-  const int64_t host_blocks = static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block;
-  if (num_blocks < 1) {
-    spdlog::error("the KV budget holds no block of {} bytes", bytes_per_block);
-    return 1;
-  }
-  const int max_model_len = f.max_model_len > 0
-                                ? std::min<int>(f.max_model_len, config.max_position_embeddings)
-                                : static_cast<int>(config.max_position_embeddings);
-  auto kv = model::KvCache::Allocate(backend, config, num_blocks, f.block_size, host_blocks);
-  if (!kv.ok()) {
-    spdlog::error("KV cache: {}", kv.status().ToString());
-    return 1;
-  }
-  spdlog::info("model {} ({}): {} layers, vocab {}, context {}; KV {} blocks x {} tokens "
-               "({:.1f} MiB), swap {} blocks",
-               f.model_dir, config.model_type, config.num_layers, config.vocab_size,
-               max_model_len, num_blocks, f.block_size, num_blocks * bytes_per_block / 1048576.0,
-               host_blocks);
-
-  engine::EngineConfig ec;
-  ec.scheduler.max_num_seqs = f.max_num_seqs;
-  ec.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
-  ec.scheduler.max_model_len = max_model_len;
-  ec.scheduler.long_prefill_token_threshold = f.long_prefill_token_threshold;
-  ec.scheduler.preemption_mode = f.preemption_mode == "recompute"
-                                     ? engine::PreemptionMode::kRecompute
-                                     : engine::PreemptionMode::kSwap;
-  if (f.scheduling_policy == "priority") ec.scheduler.policy = engine::PriorityPolicy{};
-  ec.scheduler.blocks.num_device_blocks = static_cast<int32_t>(num_blocks);
-  ec.scheduler.blocks.block_size = f.block_size;
-  ec.scheduler.blocks.num_host_blocks = static_cast<int32_t>(host_blocks);
-  ec.scheduler.blocks.enable_prefix_caching = f.enable_prefix_caching;
-  for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
-  engine::SteadyClock clock;
-  auto engine = engine::Engine::Create(ec, backend, std::move(*model),
-                                       std::make_unique<model::KvCache>(std::move(*kv)), &clock);
-  if (!engine.ok()) {
-    spdlog::error("engine: {}", engine.status().ToString());
-    return 1;
-  }
 
   WorkerIdentity identity;
   identity.model_name = f.served_model_name.empty()
@@ -180,12 +227,9 @@ int Run(const WorkerFlags& f) {
   identity.layout.set_tp_rank(f.tp_rank);
   identity.layout.set_pp_rank(f.pp_rank);
   identity.layout.set_replica_id(f.replica_id);
-  identity.eos_token_ids = ec.eos_token_ids;
-  identity.kv_capacity_blocks = num_blocks;
   identity.block_size = f.block_size;
-  RendezvousStore store(/*epoch=*/1);
-  WorkerService service(engine->get(), &store, identity);
-
+  RendezvousStore store(f.replica_epoch);
+  WorkerService service(nullptr, &store, identity);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(f.host + ":" + std::to_string(f.port), grpc::InsecureServerCredentials(),
@@ -196,12 +240,89 @@ int Run(const WorkerFlags& f) {
     spdlog::error("cannot listen on {}:{}", f.host, f.port);
     return 1;
   }
+  spdlog::info("xserv.worker.v1.Worker on {}:{} (starting)", f.host, bound_port);
+  const auto fail = [&](int code) {
+    store.Shutdown();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    return code;
+  };
+
+  auto tp_comm = JoinTensorParallelGroup(f, bound_port);
+  if (!tp_comm.ok()) {
+    spdlog::error("tensor-parallel group: {}", tp_comm.status().ToString());
+    return fail(1);
+  }
+  auto model = model::LoadModel(f.model_dir, backend,
+                                model::ModelLoadOptions{.max_num_tokens = f.max_num_batched_tokens,
+                                                        .tp_rank = f.tp_rank,
+                                                        .tp_size = f.tp_size,
+                                                        .tp_comm = tp_comm->get()});
+  if (!model.ok()) {
+    spdlog::error("loading {}: {}", f.model_dir, model.status().ToString());
+    return fail(1);
+  }
+  const ModelConfig config = (*model)->config();
+  const ModelConfig& rank_config = (*model)->rank_config();
+  const int64_t bytes_per_block = model::KvCache::BytesPerBlock(rank_config, f.block_size,
+                                                                backend.compute_dtype());
+  auto num_blocks = AgreeOnMinimum(tp_comm->get(), KvBlocks(f, bytes_per_block));
+  auto host_blocks = AgreeOnMinimum(
+      tp_comm->get(), static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block);
+  if (!num_blocks.ok() || !host_blocks.ok()) {
+    spdlog::error("agreeing on the KV pool: {}",
+                  (num_blocks.ok() ? host_blocks.status() : num_blocks.status()).ToString());
+    return fail(1);
+  }
+  if (*num_blocks < 1) {
+    spdlog::error("the KV budget holds no block of {} bytes", bytes_per_block);
+    return fail(1);
+  }
+  const int max_model_len = f.max_model_len > 0
+                                ? std::min<int>(f.max_model_len, config.max_position_embeddings)
+                                : static_cast<int>(config.max_position_embeddings);
+  auto kv = model::KvCache::Allocate(backend, rank_config, *num_blocks, f.block_size, *host_blocks);
+  if (!kv.ok()) {
+    spdlog::error("KV cache: {}", kv.status().ToString());
+    return fail(1);
+  }
+  spdlog::info("model {} ({}): {} layers, vocab {}, context {}; rank {}/{}: KV {} blocks x {} "
+               "tokens ({:.1f} MiB), swap {} blocks",
+               f.model_dir, config.model_type, config.num_layers, config.vocab_size,
+               max_model_len, f.tp_rank, f.tp_size, *num_blocks, f.block_size,
+               *num_blocks * bytes_per_block / 1048576.0, *host_blocks);
+
+  engine::EngineConfig ec;
+  ec.scheduler.max_num_seqs = f.max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
+  ec.scheduler.max_model_len = max_model_len;
+  ec.scheduler.long_prefill_token_threshold = f.long_prefill_token_threshold;
+  ec.scheduler.preemption_mode = f.preemption_mode == "recompute"
+                                     ? engine::PreemptionMode::kRecompute
+                                     : engine::PreemptionMode::kSwap;
+  if (f.scheduling_policy == "priority") ec.scheduler.policy = engine::PriorityPolicy{};
+  ec.scheduler.blocks.num_device_blocks = static_cast<int32_t>(*num_blocks);
+  ec.scheduler.blocks.block_size = f.block_size;
+  ec.scheduler.blocks.num_host_blocks = static_cast<int32_t>(*host_blocks);
+  ec.scheduler.blocks.enable_prefix_caching = f.enable_prefix_caching;
+  ec.tp_comm = tp_comm->get();
+  for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
+  identity.eos_token_ids = ec.eos_token_ids;
+  identity.kv_capacity_blocks = *num_blocks;
+
+  if (f.tp_rank > 0) return RunPeer(f, ec, backend, **model, *kv, **tp_comm, service, identity,
+                                    bound_port, fail);
+
+  engine::SteadyClock clock;
+  auto engine = engine::Engine::Create(ec, backend, std::move(*model),
+                                       std::make_unique<model::KvCache>(std::move(*kv)), &clock);
+  if (!engine.ok()) {
+    spdlog::error("engine: {}", engine.status().ToString());
+    return fail(1);
+  }
+  service.SetEngine(engine->get(), identity);
   (*engine)->Start();
   service.SetServing();
-  if (!f.port_file.empty()) {
-    std::ofstream(f.port_file + ".tmp") << bound_port << "\n";
-    std::filesystem::rename(f.port_file + ".tmp", f.port_file);
-  }
+  WritePortFile(f.port_file, bound_port);
   spdlog::info("serving xserv.worker.v1.Worker on {}:{}", f.host, bound_port);
 
   int exit_code = 0;
@@ -226,7 +347,7 @@ int Run(const WorkerFlags& f) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   store.Shutdown();
-  (*engine)->Stop();  // aborts whatever is left; their streams get a final ABORT message
+  (*engine)->Stop();  // aborts whatever is left (their streams get a final ABORT); peers stop
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   spdlog::info("stopped");
   return exit_code;
@@ -283,6 +404,14 @@ int main(int argc, char** argv) {
   app.add_option("--pp-size", f.pp_size, "pipeline stages in this replica")->capture_default_str();
   app.add_option("--pp-rank", f.pp_rank)->capture_default_str();
   app.add_option("--replica-id", f.replica_id, "reported in Info")->capture_default_str();
+  app.add_option("--leader-address", f.leader_address,
+                 "host:port of the replica's rank 0 (required for --tp-rank > 0)");
+  app.add_option("--replica-epoch", f.replica_epoch,
+                 "incarnation of the replica; peers of another epoch are refused")
+      ->capture_default_str();
+  app.add_option("--comm-timeout-s", f.comm_timeout_s,
+                 "longest wait in a collective (rendezvous included) before the rank gives up")
+      ->capture_default_str();
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-worker")) return *code;
   return xserv::worker::Run(f);
 }

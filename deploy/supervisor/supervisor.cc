@@ -36,7 +36,6 @@ Supervisor::Supervisor(Topology topology, std::string bin_dir)
     for (int k = 0; k < topology_.ranks_per_replica(); ++k) {
       Child child;
       child.name = absl::StrCat("worker r", r, "/rank", k);
-      child.argv = WorkerArgv(r, k);
       if (topology_.backend == "cuda" && !topology_.devices.empty()) {
         child.env.push_back(absl::StrCat(
             "CUDA_VISIBLE_DEVICES=", topology_.devices[r * topology_.ranks_per_replica() + k]));
@@ -54,13 +53,20 @@ Supervisor::Supervisor(Topology topology, std::string bin_dir)
   router_.argv = RouterArgv();
 }
 
-std::vector<std::string> Supervisor::WorkerArgv(int replica, int rank) const {
+std::vector<std::string> Supervisor::WorkerArgv(int replica, int rank, uint64_t epoch) const {
   std::vector<std::string> argv = {bin_dir_ + "/xserv-worker",
                                    "--model", topology_.model_dir,
                                    "--backend", topology_.backend,
                                    "--host", "127.0.0.1",
                                    "--port", std::to_string(topology_.WorkerPort(replica, rank)),
                                    "--replica-id", std::to_string(replica)};
+  if (topology_.tp > 1) {
+    const std::vector<std::string> layout = {
+        "--tp-size", std::to_string(topology_.tp), "--tp-rank", std::to_string(rank),
+        "--leader-address", topology_.LeaderAddresses()[replica],
+        "--replica-epoch", std::to_string(epoch)};
+    argv.insert(argv.end(), layout.begin(), layout.end());
+  }
   argv.insert(argv.end(), topology_.worker_args.begin(), topology_.worker_args.end());
   return argv;
 }
@@ -98,8 +104,13 @@ bool Supervisor::Launch(Child& child) {
 }
 
 void Supervisor::LaunchReplica(size_t r) {
-  for (Child& child : replicas_[r].ranks) Launch(child);
-  replicas_[r].state = ReplicaState::kStarting;
+  Replica& replica = replicas_[r];
+  ++replica.epoch;  // a restarted replica rebuilds its communicators under a new epoch
+  for (size_t k = 0; k < replica.ranks.size(); ++k) {
+    replica.ranks[k].argv = WorkerArgv(static_cast<int>(r), static_cast<int>(k), replica.epoch);
+    Launch(replica.ranks[k]);
+  }
+  replica.state = ReplicaState::kStarting;
 }
 
 void Supervisor::KillReplica(size_t r, int sig) {

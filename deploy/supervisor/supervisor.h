@@ -42,6 +42,7 @@ class Supervisor {
     Clock::time_point restart_at{};
     RestartBackoff backoff;
     std::unique_ptr<xserv::worker::v1::Worker::Stub> leader;
+    uint64_t epoch = 0;  // launches so far: the ranks of one launch share it (--replica-epoch)
   };
 
   bool Launch(Child& child);
@@ -52,7 +53,7 @@ class Supervisor {
   bool LeaderServing(Replica& replica);
   void Drain();
   bool WaitExit(std::vector<Child*> children, std::chrono::milliseconds timeout);
-  std::vector<std::string> WorkerArgv(int replica, int rank) const;
+  std::vector<std::string> WorkerArgv(int replica, int rank, uint64_t epoch) const;
   std::vector<std::string> RouterArgv() const;
 
   const Topology topology_;

@@ -23,10 +23,9 @@ absl::Status Topology::Validate() const {
   if (tp < 1 || pp < 1 || replicas < 1) {
     return absl::InvalidArgumentError("--tp, --pp and --replicas must be at least 1");
   }
-  if (tp * pp > 1) {
+  if (pp > 1) {
     return absl::UnimplementedError(
-        "tensor/pipeline parallelism across worker processes is not available yet (issue 7); "
-        "use --tp 1 --pp 1 and --replicas for more capacity");
+        "pipeline parallelism (--pp > 1) is not available yet; use --tp and --replicas");
   }
   if (backend == "cuda" && !devices.empty() &&
       static_cast<int>(devices.size()) != replicas * tp * pp) {

@@ -14,43 +14,13 @@
 #include "gtest/gtest.h"
 #include "tests/integration/http_client.h"
 #include "tests/integration/process.h"
+#include "tests/integration/stack_util.h"
 
 namespace xserv::testing {
 namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::string MakeModel() {
-  const std::string tokenizer = SourcePath(".assets/tokenizers/qwen3");
-  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) return "";
-  const std::string dir = MakeTempDir() + "/qwen3-tiny";
-  const std::string cmd = BinaryPath("xserv-make-model") +
-                          " --arch qwen3 --preset tiny --seed 3 --tokenizer " + tokenizer +
-                          " --out " + dir + " --log-level warn";
-  return std::system(cmd.c_str()) == 0 ? dir : "";
-}
-
-// Children of `parent` whose command name is `name` (from /proc).
-std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    const std::string comm = line.substr(open + 1, close - open - 1);
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == parent && name.rfind(comm, 0) == 0 && state != 'Z') out.push_back(std::stoi(pid));
-  }
-  return out;
-}
 
 json Chat(int max_tokens) {
   return json{{"messages", json::array({{{"role", "user"}, {"content", "Hello"}}})},
@@ -67,7 +37,7 @@ int ReadPort(const std::string& file) {
 }
 
 TEST(Supervisor, ServesHealsAndDrains) {
-  const std::string model = MakeModel();
+  const std::string model = MakeTinyModel("qwen3", "qwen3");
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   std::mt19937 rng(std::random_device{}());
   const int worker_port = 20000 + static_cast<int>(rng() % 20000);

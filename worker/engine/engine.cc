@@ -95,7 +95,8 @@ Engine::Engine(const EngineConfig& config, kernels::Backend& backend,
       kv_(std::move(kv)),
       scheduler_(std::move(scheduler)),
       builder_(std::move(builder)),
-      clock_(clock) {}
+      clock_(clock),
+      runner_(backend_, *model_, *kv_, builder_, logits_) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -271,24 +272,25 @@ void Engine::DeliverFinished(const FinishedRequest& finished) {
   live_.erase(it);
 }
 
+absl::Status Engine::Publish(const DeviceStep& step) {
+  if (config_.tp_comm == nullptr) return absl::OkStatus();
+  std::string bytes = SerializeDeviceStep(step);
+  return parallel::BroadcastString(*config_.tp_comm, bytes, /*root=*/0);
+}
+
 absl::StatusOr<bool> Engine::RunStep() {
   StepPlan plan = scheduler_->Step();
   for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
-  RETURN_IF_ERROR(kv_->SwapOut(Pairs(plan.swap_out)));
-  {
-    std::vector<std::pair<int32_t, int32_t>> copies;
-    for (const BlockCopy& c : plan.copies) copies.emplace_back(c.src, c.dst);
-    RETURN_IF_ERROR(kv_->CopyBlocks(copies));
-  }
-  RETURN_IF_ERROR(kv_->SwapIn(Pairs(plan.swap_in)));
-  if (!plan.HasWork()) return !plan.finished.empty();
+  DeviceStep step;
+  step.swap_out = Pairs(plan.swap_out);
+  for (const BlockCopy& c : plan.copies) step.copies.emplace_back(c.src, c.dst);
+  step.swap_in = Pairs(plan.swap_in);
 
   const Time now = clock_->Now();
-  std::vector<model::SequenceChunk> chunks;
   std::vector<int64_t> first_row(plan.seqs.size());
   int64_t rows = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const ScheduledSequence& s = plan.seqs[i];
+    ScheduledSequence& s = plan.seqs[i];
     Live& l = *live_.at(s.request_id);
     if (!l.first_scheduled) {
       l.first_scheduled = now;
@@ -299,18 +301,18 @@ absl::StatusOr<bool> Engine::RunStep() {
     first_row[i] = rows;
     rows += mode == model::LogitsRows::kAll ? static_cast<int64_t>(s.token_ids.size())
                                             : (mode == model::LogitsRows::kLast ? 1 : 0);
-    chunks.push_back(model::SequenceChunk{.tokens = s.token_ids,
-                                          .start_position = s.start_position,
-                                          .block_table = s.block_table,
-                                          .logits = mode});
+    step.chunks.push_back(DeviceChunk{.tokens = s.token_ids,
+                                      .start_position = s.start_position,
+                                      .block_table = s.block_table,
+                                      .logits = mode});
   }
-  ASSIGN_OR_RETURN(model::ForwardInputs inputs, builder_.Build(chunks));
+  if (plan.HasWork() || !step.swap_out.empty() || !step.copies.empty() ||
+      !step.swap_in.empty()) {
+    RETURN_IF_ERROR(Publish(step));
+  }
+  ASSIGN_OR_RETURN(const kernels::Tensor logits, runner_.Run(step));
+  if (!plan.HasWork()) return !plan.finished.empty();
   const int64_t vocab = model_->config().vocab_size;
-  if (rows > logits_.view().dim(0)) {  // prompt logprobs of a long chunk
-    ASSIGN_OR_RETURN(logits_, backend_.Allocate(kernels::DType::kF32, {rows, vocab}));
-  }
-  const kernels::Tensor logits = logits_.view().SliceRows(0, rows);
-  RETURN_IF_ERROR(model_->Forward(inputs, kv_->layers(), logits));
   std::vector<float> host(static_cast<size_t>(rows * vocab));
   if (rows > 0) RETURN_IF_ERROR(backend_.CopyToHost(logits, host.data()));
 
@@ -318,7 +320,7 @@ absl::StatusOr<bool> Engine::RunStep() {
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSequence& s = plan.seqs[i];
     Live& l = *live_.at(s.request_id);
-    const bool all_rows = chunks[i].logits == model::LogitsRows::kAll;
+    const bool all_rows = step.chunks[i].logits == model::LogitsRows::kAll;
     if (all_rows) {  // prompt logprobs of the positions this chunk covered
       const int32_t top = l.params.sampling.prompt_logprobs;
       for (size_t j = 0; j < s.token_ids.size(); ++j) {
@@ -396,6 +398,17 @@ void Engine::Loop() {
       // rather than spun on.
       if (scheduler_->HasPendingWork() && !progressed) {
         wake_.wait_for(lock, std::chrono::milliseconds(5), ready);
+      } else if (config_.tp_comm != nullptr) {
+        // Peers wait in a collective with a timeout: tell them the leader is alive but idle.
+        if (!wake_.wait_for(lock, config_.idle_heartbeat, ready)) {
+          lock.unlock();
+          const absl::Status sent = Publish(DeviceStep{.kind = DeviceStep::Kind::kIdle});
+          if (!sent.ok()) {
+            FailAll(sent);
+            return;
+          }
+          continue;
+        }
       } else {
         wake_.wait(lock, ready);
       }
@@ -412,7 +425,9 @@ void Engine::Loop() {
     UpdateLoad(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                    .count());
   }
-  // Shutdown: everything still live ends as aborted.
+  // Shutdown: peers leave their loops; everything still live ends as aborted.
+  const absl::Status stopped = Publish(DeviceStep{.kind = DeviceStep::Kind::kStop});
+  if (!stopped.ok()) spdlog::warn("telling the peer ranks to stop: {}", stopped.ToString());
   DrainInbox();
   for (auto& [id, live] : live_) {
     live->params.sink->OnFinished(FinishInfo{

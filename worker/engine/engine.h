@@ -24,11 +24,13 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "worker/engine/clock.h"
+#include "worker/engine/device_step.h"
 #include "worker/engine/output_sink.h"
 #include "worker/engine/scheduler.h"
 #include "worker/model/batch_builder.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
+#include "worker/parallel/communicator.h"
 #include "worker/sampling/sampling_params.h"
 
 namespace xserv::engine {
@@ -48,6 +50,12 @@ struct GenerateParams {
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_token_ids;
+  // Tensor-parallel replica: the leader (rank 0) broadcasts every DeviceStep over this
+  // communicator before running it, sends kIdle while idle and kStop when stopping. Not owned;
+  // used only on the loop thread (the model's all-reduces share it, in the same order on every
+  // rank). Null for a single-rank replica.
+  parallel::Communicator* tp_comm = nullptr;
+  std::chrono::milliseconds idle_heartbeat{1000};
 };
 
 // A consistent snapshot for the Load RPC and metrics.
@@ -95,6 +103,8 @@ class Engine {
   void DrainInbox();
   // One scheduler step; true when it did anything (ran a batch or delivered a finish).
   absl::StatusOr<bool> RunStep();
+  // Sends `step` to the peer ranks (no-op without tp_comm).
+  absl::Status Publish(const DeviceStep& step);
   void DeliverFinished(const FinishedRequest& finished);
   void FailAll(const absl::Status& status);
   void UpdateLoad(double step_ms);
@@ -107,6 +117,7 @@ class Engine {
   model::BatchBuilder builder_;
   const Clock* clock_;
   kernels::Buffer logits_;  // f32 [max_tokens, vocab]
+  DeviceStepRunner runner_;
 
   // Loop-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

@@ -18,30 +18,53 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const grpc:
   return reactor;
 }
 
+class RefuseGenerate final : public grpc::ServerWriteReactor<wv1::GenerateResponse> {
+ public:
+  explicit RefuseGenerate(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+void WorkerService::SetEngine(engine::Engine* engine, WorkerIdentity identity) {
+  SetIdentity(std::move(identity));
+  engine_ = engine;
+}
+
+void WorkerService::SetIdentity(WorkerIdentity identity) {
+  std::lock_guard<std::mutex> lock(identity_mu_);
+  identity_ = std::move(identity);
+}
+
+WorkerIdentity WorkerService::identity() const {
+  std::lock_guard<std::mutex> lock(identity_mu_);
+  return identity_;
+}
+
+bool WorkerService::is_leader() const {
+  std::lock_guard<std::mutex> lock(identity_mu_);
+  return identity_.layout.tp_rank() == 0 && identity_.layout.pp_rank() == 0;
+}
 
 grpc::ServerWriteReactor<wv1::GenerateResponse>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const wv1::GenerateRequest* request) {
-  if (engine_ == nullptr) {
-    class Refuse final : public grpc::ServerWriteReactor<wv1::GenerateResponse> {
-     public:
-      Refuse() {
-        Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            "this rank is not a replica leader; send Generate to the leader"));
-      }
-      void OnDone() override { delete this; }
-    };
-    return new Refuse();
+  engine::Engine* engine = engine_.load();
+  if (engine == nullptr) {
+    return new RefuseGenerate(
+        is_leader() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading")
+                    : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                   "this rank is not a replica leader; send Generate to the "
+                                   "leader"));
   }
-  return GenerateStream::Start(*engine_, *request);
+  return GenerateStream::Start(*engine, *request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::Abort(grpc::CallbackServerContext* context,
                                                const wv1::AbortRequest* request,
                                                wv1::AbortResponse* response) {
   uint32_t aborted = 0;
-  if (engine_ != nullptr) {
-    for (const std::string& id : request->request_ids()) aborted += engine_->Abort(id) ? 1 : 0;
+  if (engine::Engine* engine = engine_.load(); engine != nullptr) {
+    for (const std::string& id : request->request_ids()) aborted += engine->Abort(id) ? 1 : 0;
   }
   response->set_num_aborted(aborted);
   return Done(context, grpc::Status::OK);
@@ -50,9 +73,10 @@ grpc::ServerUnaryReactor* WorkerService::Abort(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
                                                 const wv1::HealthRequest*,
                                                 wv1::HealthResponse* response) {
-  if (engine_ != nullptr && !engine_->failure().ok()) {
+  engine::Engine* engine = engine_.load();
+  if (engine != nullptr && !engine->failure().ok()) {
     response->set_state(wv1::HealthResponse::STATE_FAILED);
-    response->set_detail(engine_->failure().ToString());
+    response->set_detail(engine->failure().ToString());
   } else if (draining_) {
     response->set_state(wv1::HealthResponse::STATE_DRAINING);
   } else if (serving_) {
@@ -66,20 +90,21 @@ grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* WorkerService::Info(grpc::CallbackServerContext* context,
                                               const wv1::InfoRequest*,
                                               wv1::InfoResponse* response) {
-  response->set_model_name(identity_.model_name);
-  response->set_config_json(identity_.config_json);
-  response->set_backend(identity_.backend);
-  response->set_dtype(identity_.dtype);
-  *response->mutable_layout() = identity_.layout;
-  for (int32_t id : identity_.eos_token_ids) response->add_eos_token_ids(static_cast<uint32_t>(id));
-  response->set_kv_capacity_blocks(static_cast<uint64_t>(identity_.kv_capacity_blocks));
-  response->set_block_size(static_cast<uint32_t>(identity_.block_size));
+  const WorkerIdentity id = identity();
+  response->set_model_name(id.model_name);
+  response->set_config_json(id.config_json);
+  response->set_backend(id.backend);
+  response->set_dtype(id.dtype);
+  *response->mutable_layout() = id.layout;
+  for (int32_t eos : id.eos_token_ids) response->add_eos_token_ids(static_cast<uint32_t>(eos));
+  response->set_kv_capacity_blocks(static_cast<uint64_t>(id.kv_capacity_blocks));
+  response->set_block_size(static_cast<uint32_t>(id.block_size));
   response->set_version(VersionString());
-  if (engine_ != nullptr) {
-    const ModelConfig& config = engine_->model().config();
+  if (engine::Engine* engine = engine_.load(); engine != nullptr) {
+    const ModelConfig& config = engine->model().config();
     response->set_model_type(config.model_type);
     response->set_vocab_size(static_cast<uint32_t>(config.vocab_size));
-    response->set_max_context(static_cast<uint32_t>(engine_->max_model_len()));
+    response->set_max_context(static_cast<uint32_t>(engine->max_model_len()));
   }
   return Done(context, grpc::Status::OK);
 }
@@ -87,11 +112,14 @@ grpc::ServerUnaryReactor* WorkerService::Info(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* WorkerService::Load(grpc::CallbackServerContext* context,
                                               const wv1::LoadRequest*,
                                               wv1::LoadResponse* response) {
-  if (engine_ == nullptr) {
-    return Done(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                      "this rank is not a replica leader"));
+  engine::Engine* engine = engine_.load();
+  if (engine == nullptr) {
+    return Done(context, is_leader() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                    "the model is still loading")
+                                     : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                                    "this rank is not a replica leader"));
   }
-  const engine::EngineLoad load = engine_->Load();
+  const engine::EngineLoad load = engine->Load();
   const engine::SchedulerStats& s = load.stats;
   response->set_num_running(static_cast<uint32_t>(s.num_running));
   response->set_num_waiting(static_cast<uint32_t>(s.num_waiting));

@@ -2,12 +2,15 @@
 // go through GenerateStream into the Engine; Abort, Health, Info and Load are answered inline
 // (they never block); Rendezvous serves the replica's RendezvousStore.
 //
-// Owned by main(); the engine (when present) and the store must outlive it. A peer rank (TP/PP,
-// later) has no engine and refuses Generate. Reactions never block except Rendezvous Get, which
+// Owned by main(); the engine (when present) and the store must outlive it. The service starts
+// before the model loads (a tensor-parallel leader serves Rendezvous to its peers during start-up)
+// and gets the engine through SetEngine once it exists. A peer rank never gets one and refuses
+// Generate. Reactions never block except Rendezvous Get, which
 // waits on the store up to the call's deadline on a gRPC callback thread.
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <string>
 
 #include "worker/engine/engine.h"
@@ -31,6 +34,11 @@ class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
  public:
   WorkerService(engine::Engine* engine, RendezvousStore* store, WorkerIdentity identity)
       : engine_(engine), store_(store), identity_(std::move(identity)) {}
+
+  // The leader's engine, once loaded, with the identity completed by loading (KV capacity, EOS).
+  void SetEngine(engine::Engine* engine, WorkerIdentity identity);
+  // A peer's identity completed by loading.
+  void SetIdentity(WorkerIdentity identity);
 
   // Health reports SERVING once set; DRAINING after SetDraining.
   void SetServing() { serving_ = true; }
@@ -56,9 +64,13 @@ class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
                                        xserv::worker::v1::RendezvousResponse* response) override;
 
  private:
-  engine::Engine* engine_;
+  WorkerIdentity identity() const;
+  bool is_leader() const;
+
+  std::atomic<engine::Engine*> engine_;
   RendezvousStore* store_;
-  const WorkerIdentity identity_;
+  mutable std::mutex identity_mu_;
+  WorkerIdentity identity_;
   std::atomic<bool> serving_{false};
   std::atomic<bool> draining_{false};
 };

@@ -40,8 +40,11 @@ TEST(Topology, ValidationNamesTheProblem) {
   EXPECT_FALSE(t.Validate().ok());
   t.backend = "cpu";
   t.tp = 2;
+  EXPECT_TRUE(t.Validate().ok());
+  t.pp = 2;
   EXPECT_EQ(t.Validate().code(), absl::StatusCode::kUnimplemented);  // honest: not yet
   t.tp = 1;
+  t.pp = 1;
   t.replicas = 0;
   EXPECT_FALSE(t.Validate().ok());
   t.replicas = 1;

@@ -1,0 +1,52 @@
+// Helpers of the whole-stack tests (supervisor -> workers -> router): demo models made by
+// xserv-make-model with a real tokenizer, and the processes a supervisor started.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process.h"
+
+namespace xserv::testing {
+
+// A random tiny model of `arch` (qwen3, gpt-oss, ...) with the fetched `tokenizer`, or "" when
+// the tokenizer was not fetched (scripts/fetch-assets.sh) or the tool failed.
+inline std::string MakeTinyModel(const std::string& arch, const std::string& tokenizer,
+                                 int seed = 3) {
+  const std::string tokenizer_dir = SourcePath(".assets/tokenizers/" + tokenizer);
+  if (!std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) return "";
+  const std::string dir = MakeTempDir() + "/" + arch + "-tiny";
+  const std::string cmd = BinaryPath("xserv-make-model") + " --arch " + arch +
+                          " --preset tiny --seed " + std::to_string(seed) + " --tokenizer " +
+                          tokenizer_dir + " --out " + dir + " --log-level warn";
+  return std::system(cmd.c_str()) == 0 ? dir : "";
+}
+
+// Live children of `parent` whose command name is `name` (from /proc).
+inline std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    const std::string comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent && name.rfind(comm, 0) == 0 && state != 'Z') out.push_back(std::stoi(pid));
+  }
+  return out;
+}
+
+}  // namespace xserv::testing

@@ -1,0 +1,64 @@
+// DeviceStep: the device side of one engine step, as every tensor-parallel rank must perform it —
+// KV block moves (swap out, copy-on-write copies, swap in), then one forward pass over the
+// scheduled chunks. The leader derives it from the scheduler's StepPlan, broadcasts it serialised
+// over the replica's communicator (the "step plan" of ARCHITECTURE.md §1: no RPC per step), and
+// every rank executes the same one. Sampling stays on the leader: it alone reads the logits.
+//
+// kIdle keeps peers' collectives from timing out while the leader has nothing to run; kStop ends
+// the peers' loops when the leader stops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/model/batch_builder.h"
+#include "worker/model/kv_cache.h"
+#include "worker/model/model.h"
+
+namespace xserv::engine {
+
+struct DeviceChunk {
+  std::vector<int32_t> tokens;
+  int32_t start_position = 0;
+  std::vector<int32_t> block_table;
+  model::LogitsRows logits = model::LogitsRows::kLast;
+};
+
+struct DeviceStep {
+  enum class Kind : uint8_t { kRun = 0, kIdle = 1, kStop = 2 };
+  Kind kind = Kind::kRun;
+  std::vector<std::pair<int32_t, int32_t>> swap_out, copies, swap_in;
+  std::vector<DeviceChunk> chunks;
+
+  // Logits rows the forward pass produces: all tokens of kAll chunks, one per kLast chunk.
+  int64_t LogitsRowCount() const;
+};
+
+// Compact little-endian encoding; Parse refuses truncated or inconsistent bytes with
+// InvalidArgument (a peer never trusts a half-received plan).
+std::string SerializeDeviceStep(const DeviceStep& step);
+absl::StatusOr<DeviceStep> ParseDeviceStep(std::string_view bytes);
+
+// Runs `step` on this rank: block moves, then (when it has chunks) the forward pass, whose logits
+// land in `logits` (grown when a step needs more rows). Returns the logits rows written.
+class DeviceStepRunner {
+ public:
+  DeviceStepRunner(kernels::Backend& backend, model::Model& model, model::KvCache& kv,
+                   model::BatchBuilder& builder, kernels::Buffer& logits)
+      : backend_(backend), model_(model), kv_(kv), builder_(builder), logits_(logits) {}
+
+  absl::StatusOr<kernels::Tensor> Run(const DeviceStep& step);
+
+ private:
+  kernels::Backend& backend_;
+  model::Model& model_;
+  model::KvCache& kv_;
+  model::BatchBuilder& builder_;
+  kernels::Buffer& logits_;
+};
+
+}  // namespace xserv::engine
