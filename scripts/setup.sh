@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libboost-dev libpcre2-dev libutf8proc-dev
   libgloo-dev libopenblas-dev libcli11-dev
-  python3 xz-utils
+  python3 xz-utils iproute2 curl
 )
 
 missing=()

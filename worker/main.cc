@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -64,7 +65,7 @@ struct WorkerFlags {
   double drain_timeout_s = 30;
   // Rank layout of this process within its replica (TP x PP) and the replica's id.
   int tp_size = 1, tp_rank = 0, pp_size = 1, pp_rank = 0, replica_id = 0;
-  std::string leader_address;  // host:port of rank 0 (peers); rank 0 uses its own
+  std::string leader_address;  // host:port of the leader (peers only)
   uint64_t replica_epoch = 1;  // incarnation of the replica (the supervisor counts launches)
   double comm_timeout_s = 300;
 };
@@ -111,41 +112,101 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block) {
   return static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
 }
 
+// Rank arithmetic of a TP x PP replica: global rank = pp_rank * tp_size + tp_rank. The leader
+// (scheduler, sampling, the router's endpoint) is TP rank 0 of the LAST stage, where the logits
+// are: stage 0 embeds, the last stage samples.
+int GlobalRank(const WorkerFlags& f) { return f.pp_rank * f.tp_size + f.tp_rank; }
+int LeaderRank(const WorkerFlags& f) { return (f.pp_size - 1) * f.tp_size; }
+bool IsLeader(const WorkerFlags& f) { return GlobalRank(f) == LeaderRank(f); }
+
 absl::Status CheckLayout(const WorkerFlags& f) {
-  if (f.pp_size != 1 || f.pp_rank != 0) {
-    return absl::UnimplementedError("pipeline parallelism (--pp-size > 1) is not available yet");
-  }
   if (f.tp_size < 1 || f.tp_rank < 0 || f.tp_rank >= f.tp_size) {
     return absl::InvalidArgumentError(absl::StrCat("--tp-rank ", f.tp_rank, " is outside [0, ",
                                                    f.tp_size, ")"));
   }
-  if (f.tp_rank > 0 && f.leader_address.empty()) {
-    return absl::InvalidArgumentError("a peer rank (--tp-rank > 0) needs --leader-address");
+  if (f.pp_size < 1 || f.pp_rank < 0 || f.pp_rank >= f.pp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--pp-rank ", f.pp_rank, " is outside [0, ",
+                                                   f.pp_size, ")"));
+  }
+  if (!IsLeader(f) && f.leader_address.empty()) {  // the leader itself never needs it
+    return absl::InvalidArgumentError(
+        "a peer rank needs --leader-address (the leader is TP rank 0 of the last stage)");
   }
   return absl::OkStatus();
 }
 
-// Joins the replica's tensor-parallel group (null for --tp-size 1): the Gloo rendezvous goes
-// through the leader's Rendezvous RPC, which this very process serves when it is the leader.
-absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinTensorParallelGroup(
-    const WorkerFlags& f, int bound_port) {
-  if (f.tp_size == 1) return std::unique_ptr<parallel::Communicator>();
-  const bool any_address = f.host.empty() || f.host == "0.0.0.0" || f.host == "::";
-  const std::string leader =
-      f.tp_rank == 0 && f.leader_address.empty()
-          ? absl::StrCat(any_address ? std::string("127.0.0.1") : f.host, ":", bound_port)
-          : f.leader_address;
-  spdlog::info("joining tensor-parallel group as rank {} of {} (leader {}, epoch {})", f.tp_rank,
-               f.tp_size, leader, f.replica_epoch);
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(f.comm_timeout_s * 1000));
-  return parallel::CreateGlooCommunicator(parallel::GlooOptions{
-      .rank = f.tp_rank,
-      .world_size = f.tp_size,
-      .interface_or_host = f.host,
-      .store = std::make_shared<parallel::RendezvousRpcKeyValueStore>(leader, f.replica_epoch),
-      .prefix = "tp",
-      .timeout = timeout});
+// The replica's communicators: `world` spans every rank (step plans, pipeline hand-offs, KV
+// agreement), `tp` the ranks of this stage (the model's all-reduces). With one stage they are the
+// same group; with one rank there are none.
+struct ReplicaGroups {
+  std::unique_ptr<parallel::Communicator> world_owned, tp_owned;
+  parallel::Communicator* world = nullptr;
+  parallel::Communicator* tp = nullptr;
+};
+
+// The leader's own view of the store it serves to its peers: no RPC to itself.
+class LocalRendezvousKeyValueStore final : public parallel::KeyValueStore {
+ public:
+  explicit LocalRendezvousKeyValueStore(RendezvousStore& store) : store_(store) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return store_.Set(store_.epoch(), key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  std::chrono::milliseconds timeout) override {
+    ASSIGN_OR_RETURN(std::vector<std::string> values,
+                     store_.Get(store_.epoch(), {key}, std::chrono::steady_clock::now() + timeout));
+    return std::move(values[0]);
+  }
+
+ private:
+  RendezvousStore& store_;
+};
+
+// Joins the groups. The Gloo rendezvous goes through the store the leader serves over its
+// Rendezvous RPC (peers) or directly (the leader itself).
+absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, RendezvousStore& local) {
+  ReplicaGroups groups;
+  if (f.tp_size * f.pp_size == 1) return groups;
+  spdlog::info("joining the replica as tp rank {}/{}, pp rank {}/{} (leader {}, epoch {})",
+               f.tp_rank, f.tp_size, f.pp_rank, f.pp_size,
+               IsLeader(f) ? std::string("this process") : f.leader_address, f.replica_epoch);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(f.comm_timeout_s * 1000));
+  std::shared_ptr<parallel::KeyValueStore> store;
+  if (IsLeader(f)) {
+    store = std::make_shared<LocalRendezvousKeyValueStore>(local);
+  } else {
+    store = std::make_shared<parallel::RendezvousRpcKeyValueStore>(f.leader_address,
+                                                                   f.replica_epoch, timeout);
+  }
+  const auto join = [&](int rank, int size, std::string prefix) {
+    return parallel::CreateGlooCommunicator(parallel::GlooOptions{.rank = rank,
+                                                                  .world_size = size,
+                                                                  .interface_or_host = f.host,
+                                                                  .store = store,
+                                                                  .prefix = std::move(prefix),
+                                                                  .timeout = timeout});
+  };
+  if (f.pp_size == 1) {
+    ASSIGN_OR_RETURN(groups.tp_owned, join(f.tp_rank, f.tp_size, "tp"));
+    groups.world = groups.tp = groups.tp_owned.get();
+    return groups;
+  }
+  ASSIGN_OR_RETURN(groups.world_owned, join(GlobalRank(f), f.tp_size * f.pp_size, "world"));
+  groups.world = groups.world_owned.get();
+  if (f.tp_size > 1) {
+    ASSIGN_OR_RETURN(groups.tp_owned,
+                     join(f.tp_rank, f.tp_size, absl::StrCat("tp-", f.pp_rank)));
+    groups.tp = groups.tp_owned.get();
+  }
+  return groups;
+}
+
+engine::PipelineLink LinkOf(const WorkerFlags& f, parallel::Communicator* world) {
+  if (f.pp_size == 1) return {};
+  return engine::PipelineLink{
+      .comm = world,
+      .prev_rank = f.pp_rank > 0 ? GlobalRank(f) - f.tp_size : -1,
+      .next_rank = f.pp_rank + 1 < f.pp_size ? GlobalRank(f) + f.tp_size : -1};
 }
 
 // Every rank must address the same block ids: the pool is the smallest any rank can hold.
@@ -163,12 +224,12 @@ void WritePortFile(const std::string& path, int port) {
   std::filesystem::rename(path + ".tmp", path);
 }
 
-// A peer rank: follows the leader's step plans until it says stop (exit 0) or the group breaks
+// A peer rank: follows the leader's step plans until it says stop (exit 0) or the replica breaks
 // (exit 1). Signals are left to the leader, which drains and then stops its peers.
 template <typename Fail>
 int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backend& backend,
-            model::Model& model, model::KvCache& kv, parallel::Communicator& comm,
-            WorkerService& service, const WorkerIdentity& identity, int bound_port, Fail fail) {
+            model::Model& model, model::KvCache& kv, WorkerService& service,
+            const WorkerIdentity& identity, int bound_port, Fail fail) {
   const int64_t block_size = kv.block_size();
   auto builder = model::BatchBuilder::Create(
       backend, model::BatchLimits{
@@ -188,10 +249,25 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
   service.SetIdentity(identity);
   service.SetServing();
   WritePortFile(f.port_file, bound_port);
-  spdlog::info("rank {} of {} following the leader", f.tp_rank, f.tp_size);
-  engine::DeviceStepRunner runner(backend, model, kv, *builder, *logits);
+  spdlog::info("tp rank {}/{}, pp rank {}/{} following the leader", f.tp_rank, f.tp_size,
+               f.pp_rank, f.pp_size);
+  engine::DeviceStepRunner runner(backend, model, kv, *builder, *logits, ec.pipeline);
   engine::PeerLoopStats stats;
-  const absl::Status status = engine::RunPeerLoop(comm, runner, &stats);
+  // The loop runs on its own thread so this one keeps consuming SIGTERM/SIGINT (a signal nobody
+  // waits for would be delivered to some library thread and kill the process mid-step); the
+  // leader, signalled too, drains and then sends the stop that ends the loop.
+  absl::Status status;
+  std::atomic<bool> done = false;
+  std::thread loop([&] {
+    status = engine::RunPeerLoop(*ec.step_comm, ec.step_root, runner, &stats);
+    done = true;
+  });
+  while (!done) {
+    if (const int sig = WaitForShutdownSignal(std::chrono::milliseconds(100)); sig != 0) {
+      spdlog::info("signal {}: this peer stops when the leader says so", sig);
+    }
+  }
+  loop.join();
   if (!status.ok()) {
     spdlog::critical("peer loop failed after {} steps: {}", stats.steps, status.ToString());
     return fail(1);
@@ -247,16 +323,18 @@ int Run(const WorkerFlags& f) {
     return code;
   };
 
-  auto tp_comm = JoinTensorParallelGroup(f, bound_port);
-  if (!tp_comm.ok()) {
-    spdlog::error("tensor-parallel group: {}", tp_comm.status().ToString());
+  auto groups = JoinReplicaGroups(f, store);
+  if (!groups.ok()) {
+    spdlog::error("joining the replica: {}", groups.status().ToString());
     return fail(1);
   }
   auto model = model::LoadModel(f.model_dir, backend,
                                 model::ModelLoadOptions{.max_num_tokens = f.max_num_batched_tokens,
                                                         .tp_rank = f.tp_rank,
                                                         .tp_size = f.tp_size,
-                                                        .tp_comm = tp_comm->get()});
+                                                        .tp_comm = groups->tp,
+                                                        .pp_rank = f.pp_rank,
+                                                        .pp_size = f.pp_size});
   if (!model.ok()) {
     spdlog::error("loading {}: {}", f.model_dir, model.status().ToString());
     return fail(1);
@@ -265,9 +343,9 @@ int Run(const WorkerFlags& f) {
   const ModelConfig& rank_config = (*model)->rank_config();
   const int64_t bytes_per_block = model::KvCache::BytesPerBlock(rank_config, f.block_size,
                                                                 backend.compute_dtype());
-  auto num_blocks = AgreeOnMinimum(tp_comm->get(), KvBlocks(f, bytes_per_block));
+  auto num_blocks = AgreeOnMinimum(groups->world, KvBlocks(f, bytes_per_block));
   auto host_blocks = AgreeOnMinimum(
-      tp_comm->get(), static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block);
+      groups->world, static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block);
   if (!num_blocks.ok() || !host_blocks.ok()) {
     spdlog::error("agreeing on the KV pool: {}",
                   (num_blocks.ok() ? host_blocks.status() : num_blocks.status()).ToString());
@@ -304,13 +382,16 @@ int Run(const WorkerFlags& f) {
   ec.scheduler.blocks.block_size = f.block_size;
   ec.scheduler.blocks.num_host_blocks = static_cast<int32_t>(*host_blocks);
   ec.scheduler.blocks.enable_prefix_caching = f.enable_prefix_caching;
-  ec.tp_comm = tp_comm->get();
+  ec.step_comm = groups->world;
+  ec.step_root = LeaderRank(f);
+  ec.pipeline = LinkOf(f, groups->world);
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = *num_blocks;
 
-  if (f.tp_rank > 0) return RunPeer(f, ec, backend, **model, *kv, **tp_comm, service, identity,
-                                    bound_port, fail);
+  if (!IsLeader(f)) {
+    return RunPeer(f, ec, backend, **model, *kv, service, identity, bound_port, fail);
+  }
 
   engine::SteadyClock clock;
   auto engine = engine::Engine::Create(ec, backend, std::move(*model),
@@ -405,7 +486,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp-rank", f.pp_rank)->capture_default_str();
   app.add_option("--replica-id", f.replica_id, "reported in Info")->capture_default_str();
   app.add_option("--leader-address", f.leader_address,
-                 "host:port of the replica's rank 0 (required for --tp-rank > 0)");
+                 "host:port of the replica's leader, TP rank 0 of the last stage (required on "
+                 "every other rank)");
   app.add_option("--replica-epoch", f.replica_epoch,
                  "incarnation of the replica; peers of another epoch are refused")
       ->capture_default_str();

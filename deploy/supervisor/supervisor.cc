@@ -60,9 +60,10 @@ std::vector<std::string> Supervisor::WorkerArgv(int replica, int rank, uint64_t 
                                    "--host", "127.0.0.1",
                                    "--port", std::to_string(topology_.WorkerPort(replica, rank)),
                                    "--replica-id", std::to_string(replica)};
-  if (topology_.tp > 1) {
+  if (topology_.ranks_per_replica() > 1) {
     const std::vector<std::string> layout = {
-        "--tp-size", std::to_string(topology_.tp), "--tp-rank", std::to_string(rank),
+        "--tp-size", std::to_string(topology_.tp), "--tp-rank", std::to_string(rank % topology_.tp),
+        "--pp-size", std::to_string(topology_.pp), "--pp-rank", std::to_string(rank / topology_.tp),
         "--leader-address", topology_.LeaderAddresses()[replica],
         "--replica-epoch", std::to_string(epoch)};
     argv.insert(argv.end(), layout.begin(), layout.end());

@@ -11,7 +11,9 @@ namespace xserv::supervisor {
 
 std::vector<std::string> Topology::LeaderAddresses() const {
   std::vector<std::string> out;
-  for (int r = 0; r < replicas; ++r) out.push_back(absl::StrCat("127.0.0.1:", WorkerPort(r, 0)));
+  for (int r = 0; r < replicas; ++r) {
+    out.push_back(absl::StrCat("127.0.0.1:", WorkerPort(r, leader_rank())));
+  }
   return out;
 }
 
@@ -22,10 +24,6 @@ absl::Status Topology::Validate() const {
   }
   if (tp < 1 || pp < 1 || replicas < 1) {
     return absl::InvalidArgumentError("--tp, --pp and --replicas must be at least 1");
-  }
-  if (pp > 1) {
-    return absl::UnimplementedError(
-        "pipeline parallelism (--pp > 1) is not available yet; use --tp and --replicas");
   }
   if (backend == "cuda" && !devices.empty() &&
       static_cast<int>(devices.size()) != replicas * tp * pp) {

@@ -19,6 +19,8 @@ struct Topology {
   int http_port = 8080;
   int grpc_port = 50051;
   int worker_base_port = 50100;        // replica r, rank k listens on base + r*tp*pp + k
+                                       // (k = pp_rank * tp + tp_rank; the leader, the router's
+                                       // endpoint, is TP rank 0 of the last stage)
   std::vector<std::string> worker_args;  // passed through to every worker
   std::vector<std::string> router_args;  // passed through to the router
   bool start_router = true;            // false: workers only (compose "workers" service)
@@ -28,6 +30,7 @@ struct Topology {
   int WorkerPort(int replica, int rank) const {
     return worker_base_port + replica * ranks_per_replica() + rank;
   }
+  int leader_rank() const { return (pp - 1) * tp; }
   std::vector<std::string> LeaderAddresses() const;
 
   absl::Status Validate() const;

@@ -15,16 +15,18 @@
 
 namespace xserv::testing {
 
-// A random tiny model of `arch` (qwen3, gpt-oss, ...) with the fetched `tokenizer`, or "" when
+// A random tiny model of `arch` (qwen3, gpt-oss, ...) with the fetched `tokenizer` (and
+// `num_layers` layers instead of the preset's 2 when > 0), or "" when
 // the tokenizer was not fetched (scripts/fetch-assets.sh) or the tool failed.
 inline std::string MakeTinyModel(const std::string& arch, const std::string& tokenizer,
-                                 int seed = 3) {
+                                 int seed = 3, int num_layers = 0) {
   const std::string tokenizer_dir = SourcePath(".assets/tokenizers/" + tokenizer);
   if (!std::filesystem::exists(tokenizer_dir + "/tokenizer.json")) return "";
   const std::string dir = MakeTempDir() + "/" + arch + "-tiny";
   const std::string cmd = BinaryPath("xserv-make-model") + " --arch " + arch +
                           " --preset tiny --seed " + std::to_string(seed) + " --tokenizer " +
-                          tokenizer_dir + " --out " + dir + " --log-level warn";
+                          tokenizer_dir + " --out " + dir + " --log-level warn" +
+                          (num_layers > 0 ? " --num-layers " + std::to_string(num_layers) : "");
   return std::system(cmd.c_str()) == 0 ? dir : "";
 }
 

@@ -129,6 +129,18 @@ absl::StatusOr<DeviceStep> ParseDeviceStep(std::string_view bytes) {
   return step;
 }
 
+absl::Status DeviceStepRunner::ReceiveHidden(const kernels::Tensor& hidden, int tag) {
+  staging_.resize(hidden.nbytes());
+  RETURN_IF_ERROR(link_.comm->Recv(staging_, link_.prev_rank, tag));
+  return backend_.CopyFromHost(staging_.data(), hidden);
+}
+
+absl::Status DeviceStepRunner::SendHidden(const kernels::Tensor& hidden, int tag) {
+  staging_.resize(hidden.nbytes());
+  RETURN_IF_ERROR(backend_.CopyToHost(hidden, staging_.data()));
+  return link_.comm->Send(staging_, link_.next_rank, tag);
+}
+
 absl::StatusOr<kernels::Tensor> DeviceStepRunner::Run(const DeviceStep& step) {
   RETURN_IF_ERROR(kv_.SwapOut(step.swap_out));
   RETURN_IF_ERROR(kv_.CopyBlocks(step.copies));
@@ -136,20 +148,41 @@ absl::StatusOr<kernels::Tensor> DeviceStepRunner::Run(const DeviceStep& step) {
   if (step.chunks.empty()) return kernels::Tensor{};
   std::vector<model::SequenceChunk> chunks;
   chunks.reserve(step.chunks.size());
+  int64_t tokens = 0;
   for (const DeviceChunk& c : step.chunks) {
     chunks.push_back(model::SequenceChunk{.tokens = c.tokens,
                                           .start_position = c.start_position,
                                           .block_table = c.block_table,
                                           .logits = c.logits});
+    tokens += static_cast<int64_t>(c.tokens.size());
   }
   ASSIGN_OR_RETURN(model::ForwardInputs inputs, builder_.Build(chunks));
-  const int64_t rows = step.LogitsRowCount();
-  const int64_t vocab = model_.config().vocab_size;
-  if (rows > logits_.view().dim(0)) {  // prompt logprobs of a long chunk
-    ASSIGN_OR_RETURN(logits_, backend_.Allocate(kernels::DType::kF32, {rows, vocab}));
+  const int tag = static_cast<int>(forward_steps_++ & 0x3fffffff);
+  const kernels::Tensor* hidden = nullptr;
+  kernels::Tensor hidden_rows;
+  if (link_.comm != nullptr) {
+    if (hidden_.empty()) {
+      ASSIGN_OR_RETURN(hidden_, backend_.Allocate(backend_.compute_dtype(),
+                                                  {model_.max_num_tokens(),
+                                                   model_.config().hidden_size}));
+    }
+    hidden_rows = hidden_.view().SliceRows(0, tokens);
+    hidden = &hidden_rows;
+    if (link_.prev_rank >= 0) RETURN_IF_ERROR(ReceiveHidden(hidden_rows, tag));
   }
-  const kernels::Tensor logits = logits_.view().SliceRows(0, rows);
-  RETURN_IF_ERROR(model_.Forward(inputs, kv_.layers(), logits));
+  kernels::Tensor logits;
+  if (model_.is_last_stage()) {
+    const int64_t rows = step.LogitsRowCount();
+    const int64_t vocab = model_.config().vocab_size;
+    if (rows > logits_.view().dim(0)) {  // prompt logprobs of a long chunk
+      ASSIGN_OR_RETURN(logits_, backend_.Allocate(kernels::DType::kF32, {rows, vocab}));
+    }
+    logits = logits_.view().SliceRows(0, rows);
+  }
+  RETURN_IF_ERROR(model_.Forward(inputs, kv_.layers(), logits, hidden));
+  if (link_.comm != nullptr && link_.next_rank >= 0) {
+    RETURN_IF_ERROR(SendHidden(hidden_rows, tag));
+  }
   return logits;
 }
 

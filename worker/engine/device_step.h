@@ -18,6 +18,7 @@
 #include "worker/model/batch_builder.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
+#include "worker/parallel/communicator.h"
 
 namespace xserv::engine {
 
@@ -43,22 +44,43 @@ struct DeviceStep {
 std::string SerializeDeviceStep(const DeviceStep& step);
 absl::StatusOr<DeviceStep> ParseDeviceStep(std::string_view bytes);
 
-// Runs `step` on this rank: block moves, then (when it has chunks) the forward pass, whose logits
-// land in `logits` (grown when a step needs more rows). Returns the logits rows written.
+// This rank's neighbours in the replica's pipeline: a stage other than the first receives the
+// step's hidden states [T, H] from `prev_rank`, one other than the last sends its output to
+// `next_rank` (ranks of `comm`, which spans every rank of the replica; the same TP rank of the
+// adjacent stage). Empty for a single-stage replica.
+struct PipelineLink {
+  parallel::Communicator* comm = nullptr;
+  int prev_rank = -1;
+  int next_rank = -1;
+};
+
+// Runs `step` on this rank: block moves, then (when it has chunks) the forward pass of this
+// rank's layers. On the last stage the logits land in `logits` (grown when a step needs more
+// rows) and are returned; other stages return an empty tensor.
 class DeviceStepRunner {
  public:
   DeviceStepRunner(kernels::Backend& backend, model::Model& model, model::KvCache& kv,
-                   model::BatchBuilder& builder, kernels::Buffer& logits)
-      : backend_(backend), model_(model), kv_(kv), builder_(builder), logits_(logits) {}
+                   model::BatchBuilder& builder, kernels::Buffer& logits, PipelineLink link = {})
+      : backend_(backend), model_(model), kv_(kv), builder_(builder), logits_(logits),
+        link_(link) {}
 
   absl::StatusOr<kernels::Tensor> Run(const DeviceStep& step);
 
  private:
+  // Hidden states between stages travel through host memory (any backend; the NCCL path of the
+  // CUDA issue sends device buffers instead).
+  absl::Status ReceiveHidden(const kernels::Tensor& hidden, int tag);
+  absl::Status SendHidden(const kernels::Tensor& hidden, int tag);
+
   kernels::Backend& backend_;
   model::Model& model_;
   model::KvCache& kv_;
   model::BatchBuilder& builder_;
   kernels::Buffer& logits_;
+  PipelineLink link_;
+  kernels::Buffer hidden_;            // [max tokens, H], allocated on the first pipelined step
+  std::vector<std::byte> staging_;    // host copy of one step's hidden states
+  int64_t forward_steps_ = 0;         // identical on every rank: the p2p tag
 };
 
 }  // namespace xserv::engine

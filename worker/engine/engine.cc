@@ -96,7 +96,7 @@ Engine::Engine(const EngineConfig& config, kernels::Backend& backend,
       scheduler_(std::move(scheduler)),
       builder_(std::move(builder)),
       clock_(clock),
-      runner_(backend_, *model_, *kv_, builder_, logits_) {}
+      runner_(backend_, *model_, *kv_, builder_, logits_, config.pipeline) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -273,9 +273,9 @@ void Engine::DeliverFinished(const FinishedRequest& finished) {
 }
 
 absl::Status Engine::Publish(const DeviceStep& step) {
-  if (config_.tp_comm == nullptr) return absl::OkStatus();
+  if (config_.step_comm == nullptr) return absl::OkStatus();
   std::string bytes = SerializeDeviceStep(step);
-  return parallel::BroadcastString(*config_.tp_comm, bytes, /*root=*/0);
+  return parallel::BroadcastString(*config_.step_comm, bytes, config_.step_root);
 }
 
 absl::StatusOr<bool> Engine::RunStep() {
@@ -398,7 +398,7 @@ void Engine::Loop() {
       // rather than spun on.
       if (scheduler_->HasPendingWork() && !progressed) {
         wake_.wait_for(lock, std::chrono::milliseconds(5), ready);
-      } else if (config_.tp_comm != nullptr) {
+      } else if (config_.step_comm != nullptr) {
         // Peers wait in a collective with a timeout: tell them the leader is alive but idle.
         if (!wake_.wait_for(lock, config_.idle_heartbeat, ready)) {
           lock.unlock();

@@ -50,11 +50,14 @@ struct GenerateParams {
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_token_ids;
-  // Tensor-parallel replica: the leader (rank 0) broadcasts every DeviceStep over this
-  // communicator before running it, sends kIdle while idle and kStop when stopping. Not owned;
-  // used only on the loop thread (the model's all-reduces share it, in the same order on every
-  // rank). Null for a single-rank replica.
-  parallel::Communicator* tp_comm = nullptr;
+  // Multi-rank replica: the leader broadcasts every DeviceStep from rank `step_root` of this
+  // communicator (it spans every rank of the replica) before running it, sends kIdle while idle
+  // and kStop when stopping. Not owned; used only on the loop thread (the model's collectives may
+  // share it, in the same order on every rank). Null for a single-rank replica.
+  parallel::Communicator* step_comm = nullptr;
+  int step_root = 0;
+  // The leader's place in the pipeline (it is the last stage: it samples).
+  PipelineLink pipeline;
   std::chrono::milliseconds idle_heartbeat{1000};
 };
 
@@ -103,7 +106,7 @@ class Engine {
   void DrainInbox();
   // One scheduler step; true when it did anything (ran a batch or delivered a finish).
   absl::StatusOr<bool> RunStep();
-  // Sends `step` to the peer ranks (no-op without tp_comm).
+  // Sends `step` to the peer ranks (no-op without step_comm).
   absl::Status Publish(const DeviceStep& step);
   void DeliverFinished(const FinishedRequest& finished);
   void FailAll(const absl::Status& status);

@@ -6,13 +6,13 @@
 
 namespace xserv::engine {
 
-absl::Status RunPeerLoop(parallel::Communicator& comm, DeviceStepRunner& runner,
+absl::Status RunPeerLoop(parallel::Communicator& comm, int root, DeviceStepRunner& runner,
                          PeerLoopStats* stats) {
   PeerLoopStats local;
   PeerLoopStats& s = stats != nullptr ? *stats : local;
   std::string bytes;
   while (true) {
-    RETURN_IF_ERROR(parallel::BroadcastString(comm, bytes, /*root=*/0));
+    RETURN_IF_ERROR(parallel::BroadcastString(comm, bytes, root));
     ASSIGN_OR_RETURN(DeviceStep step, ParseDeviceStep(bytes));
     switch (step.kind) {
       case DeviceStep::Kind::kStop:

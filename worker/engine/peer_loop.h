@@ -1,6 +1,7 @@
-// The loop of a tensor-parallel peer rank (rank > 0): receive the leader's DeviceStep over the
-// replica communicator, run it on this rank's shard, repeat. Peers hold no scheduler, requests or
-// sampler; the leader decides everything and the peers follow step for step.
+// The loop of a peer rank (any rank of a multi-rank replica but the leader): receive the leader's
+// DeviceStep over the replica communicator, run it on this rank's shard (its tensor-parallel
+// slice of its pipeline stage), repeat. Peers hold no scheduler, requests or sampler; the leader
+// decides everything and the peers follow step for step.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ struct PeerLoopStats {
 
 // Returns OK when the leader sends kStop; the first communicator, parse or device error
 // otherwise (the replica is then broken and the process should exit for a restart).
-absl::Status RunPeerLoop(parallel::Communicator& comm, DeviceStepRunner& runner,
+absl::Status RunPeerLoop(parallel::Communicator& comm, int root, DeviceStepRunner& runner,
                          PeerLoopStats* stats = nullptr);
 
 }  // namespace xserv::engine

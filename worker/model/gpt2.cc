@@ -7,11 +7,15 @@
 //   h = wte[ids] + wpe[pos]
 //   per layer:  h += c_proj(attn(split(c_attn(ln_1(h)))));  h += mlp.c_proj(gelu(c_fc(ln_2(h))))
 //   logits = wte · ln_f(h)
+//
+// Under pipeline parallelism the first stage embeds (wte, wpe), the last holds ln_f and wte again
+// for the tied lm_head; between stages h is complete after every layer, so it is handed on as is.
 #include <cmath>
 
 #include "common/status.h"
 #include "worker/model/architectures.h"
 #include "worker/model/layers.h"
+#include "worker/model/pipeline_parallel.h"
 
 namespace xserv::model {
 namespace {
@@ -28,7 +32,8 @@ class Gpt2Model final : public Model {
  public:
   Gpt2Model(const ModelConfig& config, const ModelLoadOptions& options)
       : Model(config, RankConfig(config, TpShard::FromOptions(options)), options),
-        tp_(TpShard::FromOptions(options)) {}
+        tp_(TpShard::FromOptions(options)),
+        pp_(PpStage::FromOptions(options, config.num_layers)) {}
 
   absl::Status Load(WeightLoader& loader, Backend& backend) {
     const ModelConfig& c = config();
@@ -42,12 +47,26 @@ class Gpt2Model final : public Model {
                                           {2 * h + h_begin, 2 * h + h_end}}};
     // HF's GPT2LMHeadModel saves under "transformer."; the original checkpoint has no prefix.
     const std::string p = loader.Has("transformer.wte.weight") ? "transformer." : "";
-    wte_ = loader.Take(p + "wte.weight", {c.vocab_size, h});
-    wpe_ = loader.Take(p + "wpe.weight", {c.max_position_embeddings, h});
-    ln_f_weight_ = loader.Take(p + "ln_f.weight", {h});
-    ln_f_bias_ = loader.Take(p + "ln_f.bias", {h});
+    if (pp_.first() || pp_.last()) {  // the last stage's lm_head is tied to wte
+      wte_ = loader.Take(p + "wte.weight", {c.vocab_size, h});
+    } else {
+      loader.Ignore(p + "wte.weight");
+    }
+    if (pp_.first()) {
+      wpe_ = loader.Take(p + "wpe.weight", {c.max_position_embeddings, h});
+    } else {
+      loader.Ignore(p + "wpe.weight");
+    }
+    if (pp_.last()) {
+      ln_f_weight_ = loader.Take(p + "ln_f.weight", {h});
+      ln_f_bias_ = loader.Take(p + "ln_f.bias", {h});
+    } else {
+      loader.Ignore(p + "ln_f.weight");
+      loader.Ignore(p + "ln_f.bias");
+    }
     loader.Ignore("lm_head.weight");  // tied to wte when present
-    for (int64_t i = 0; i < c.num_layers; ++i) {
+    IgnoreOtherStagesLayers(loader, pp_, c.num_layers, p + "h.");
+    for (int64_t i = pp_.first_layer; i < pp_.first_layer + pp_.num_layers; ++i) {
       const std::string l = p + "h." + std::to_string(i) + ".";
       Layer layer;
       layer.ln_1_weight = loader.Take(l + "ln_1.weight", {h});
@@ -76,10 +95,10 @@ class Gpt2Model final : public Model {
   }
 
   absl::Status Forward(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
-                       const Tensor& logits) override {
-    RETURN_IF_ERROR(CheckInputs(in, kv, logits));
-    const ModelConfig& c = rank_config();
+                       const Tensor& logits, const Tensor* hidden) override {
     Backend& b = *backend_;
+    RETURN_IF_ERROR(CheckInputs(in, kv, logits, hidden, b.compute_dtype()));
+    const ModelConfig& c = rank_config();
     const int64_t tokens = in.token_ids.dim(0), hr = c.num_heads * c.head_dim;  // Hr
     const float eps = static_cast<float>(c.norm_eps);
     const Tensor residual = ws_.residual.view().SliceRows(0, tokens);
@@ -88,8 +107,12 @@ class Gpt2Model final : public Model {
     const Tensor qkv = qkv_.view().SliceRows(0, tokens);
     const Tensor attn = ws_.attn.view().SliceRows(0, tokens);
     const Tensor fc = ws_.gate.view().SliceRows(0, tokens);
-    RETURN_IF_ERROR(b.Embedding(wte_.view(), in.token_ids, residual, /*accumulate=*/false));
-    RETURN_IF_ERROR(b.Embedding(wpe_.view(), in.positions, residual, /*accumulate=*/true));
+    if (pp_.first()) {
+      RETURN_IF_ERROR(b.Embedding(wte_.view(), in.token_ids, residual, /*accumulate=*/false));
+      RETURN_IF_ERROR(b.Embedding(wpe_.view(), in.positions, residual, /*accumulate=*/true));
+    } else {  // a same-dtype Convert is a device copy on every backend
+      RETURN_IF_ERROR(b.Convert(*hidden, residual));
+    }
     kernels::AttentionParams params;
     params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -115,6 +138,7 @@ class Gpt2Model final : public Model {
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       RETURN_IF_ERROR(b.Add(residual, block_out, residual));
     }
+    if (!pp_.last()) return b.Convert(residual, *hidden);
     RETURN_IF_ERROR(b.LayerNorm(residual, ln_f_weight_.view(), ln_f_bias_.view(), eps, normed));
     // Known gap: the tied lm_head is replicated (full logits on every rank), not vocab-parallel.
     return RunLmHead(b, normed, wte_.view(), in, ws_, logits);
@@ -131,9 +155,10 @@ class Gpt2Model final : public Model {
   };
 
   TpShard tp_;
+  PpStage pp_;
   Backend* backend_ = nullptr;
-  Buffer wte_, wpe_;                 // [V, H], [P, H]
-  Buffer ln_f_weight_, ln_f_bias_;   // [H]
+  Buffer wte_, wpe_;                 // [V, H] first and last stage, [P, H] first stage
+  Buffer ln_f_weight_, ln_f_bias_;   // [H], last stage
   Buffer qkv_;                       // [T, 3Hr] scratch
   std::vector<Layer> layers_;
   Workspace ws_;

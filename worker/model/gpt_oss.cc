@@ -15,6 +15,9 @@
 // columns; down_bias on rank 0, zeros elsewhere, since Experts adds it per routed expert), and
 // the Experts output is all-reduced. This keeps the Experts op unchanged; expert parallelism
 // would need an op that skips experts this rank does not hold.
+//
+// Pipeline parallelism as in llama.cc: the first stage embeds, the last holds the final norm and
+// lm_head; a stage's layers keep their global index, so the sliding / full alternation holds.
 #include <algorithm>
 #include <vector>
 
@@ -22,6 +25,7 @@
 #include "kernels/mxfp4.h"
 #include "worker/model/architectures.h"
 #include "worker/model/layers.h"
+#include "worker/model/pipeline_parallel.h"
 
 namespace xserv::model {
 namespace {
@@ -102,7 +106,8 @@ class GptOssModel final : public Model {
  public:
   GptOssModel(const ModelConfig& config, const ModelLoadOptions& options)
       : Model(config, RankConfig(config, TpShard::FromOptions(options)), options),
-        tp_(TpShard::FromOptions(options)) {}
+        tp_(TpShard::FromOptions(options)),
+        pp_(PpStage::FromOptions(options, config.num_layers)) {}
 
   absl::Status Load(WeightLoader& loader, Backend& backend) {
     const ModelConfig& c = config();
@@ -112,10 +117,20 @@ class GptOssModel final : public Model {
       return absl::InvalidArgumentError("gpt-oss: hidden and intermediate sizes must be multiples "
                                         "of 32 (MXFP4 blocks)");
     }
-    embed_ = loader.Take("model.embed_tokens.weight", {c.vocab_size, h});
-    lm_head_ = loader.Take("lm_head.weight", {c.vocab_size, h});
-    final_norm_ = loader.Take("model.norm.weight", {h});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (pp_.first()) {
+      embed_ = loader.Take("model.embed_tokens.weight", {c.vocab_size, h});
+    } else {
+      loader.Ignore("model.embed_tokens.weight");
+    }
+    if (pp_.last()) {
+      lm_head_ = loader.Take("lm_head.weight", {c.vocab_size, h});
+      final_norm_ = loader.Take("model.norm.weight", {h});
+    } else {
+      loader.Ignore("lm_head.weight");
+      loader.Ignore("model.norm.weight");
+    }
+    IgnoreOtherStagesLayers(loader, pp_, c.num_layers, "model.layers.");
+    for (int64_t i = pp_.first_layer; i < pp_.first_layer + pp_.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       Layer layer;
       layer.input_norm = loader.Take(p + "input_layernorm.weight", {h});
@@ -139,10 +154,10 @@ class GptOssModel final : public Model {
   }
 
   absl::Status Forward(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
-                       const Tensor& logits) override {
-    RETURN_IF_ERROR(CheckInputs(in, kv, logits));
-    const ModelConfig& c = config();
+                       const Tensor& logits, const Tensor* hidden) override {
     Backend& b = *backend_;
+    RETURN_IF_ERROR(CheckInputs(in, kv, logits, hidden, b.compute_dtype()));
+    const ModelConfig& c = config();
     const int64_t tokens = in.token_ids.dim(0);
     const float eps = static_cast<float>(c.norm_eps);
     const Tensor residual = ws_.residual.view().SliceRows(0, tokens);
@@ -151,16 +166,22 @@ class GptOssModel final : public Model {
     const Tensor router_logits = router_logits_.view().SliceRows(0, tokens);
     const Tensor topk_ids = topk_ids_.view().SliceRows(0, tokens);
     const Tensor topk_weights = topk_weights_.view().SliceRows(0, tokens);
-    RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+    if (pp_.first()) {
+      RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+    } else {  // a same-dtype Convert is a device copy on every backend
+      RETURN_IF_ERROR(b.Convert(*hidden, residual));
+    }
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& layer = layers_[i];
-      if (i == 0) {
+      if (i == 0) {  // the stage's input is a complete residual: nothing pending to add
         RETURN_IF_ERROR(b.RmsNorm(residual, layer.input_norm.view(), eps, normed));
       } else {
         RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
       }
+      // The global index picks the layer's sliding window.
       RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
-                                   static_cast<int64_t>(i), in, kv[i], ws_, tokens));
+                                   pp_.first_layer + static_cast<int64_t>(i), in, kv[i], ws_,
+                                   tokens));
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       RETURN_IF_ERROR(
           b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
@@ -175,6 +196,8 @@ class GptOssModel final : public Model {
       RETURN_IF_ERROR(b.Experts(normed, topk_ids, topk_weights, experts, glu_, block_out));
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
     }
+    // The last experts' output is still pending: the next stage gets residual + block_out.
+    if (!pp_.last()) return b.Add(residual, block_out, *hidden);
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
     // Known gap: lm_head is replicated (every rank computes the full logits), not vocab-parallel.
     return RunLmHead(b, normed, lm_head_.view(), in, ws_, logits);
@@ -216,8 +239,11 @@ class GptOssModel final : public Model {
   }
 
   TpShard tp_;
+  PpStage pp_;
   Backend* backend_ = nullptr;
-  Buffer embed_, lm_head_, final_norm_, rope_;
+  Buffer embed_;                 // first stage
+  Buffer lm_head_, final_norm_;  // last stage
+  Buffer rope_;
   Buffer router_logits_, topk_ids_, topk_weights_;  // [T, E] f32, [T, k] i32, [T, k] f32
   std::vector<Layer> layers_;
   Workspace ws_;

@@ -9,10 +9,14 @@
 // Observation points (Model::Observe), named like the HF modules whose outputs they match:
 // layers.i.input (h entering layer i), .attn_in (input_layernorm), .attn (attention before o_proj),
 // .attn_out (o_proj), .mlp_in (post_attention_layernorm), .mlp_out (down_proj); final_norm.
+//
+// Under pipeline parallelism a stage runs layers [first_layer, +num_local_layers): h comes from
+// the previous stage instead of embed(ids), and a non-last stage hands h on instead of logits.
 #include "worker/model/architectures.h"
 
 #include "common/status.h"
 #include "worker/model/layers.h"
+#include "worker/model/pipeline_parallel.h"
 
 namespace xserv::model {
 namespace {
@@ -21,19 +25,30 @@ class LlamaModel final : public Model {
  public:
   LlamaModel(const ModelConfig& config, const ModelLoadOptions& options)
       : Model(config, RankConfig(config, TpShard::FromOptions(options)), options),
-        tp_(TpShard::FromOptions(options)) {}
+        tp_(TpShard::FromOptions(options)),
+        pp_(PpStage::FromOptions(options, config.num_layers)) {}
 
   absl::Status Load(WeightLoader& loader, Backend& backend) {
     const ModelConfig& c = config();
     backend_ = &backend;
-    embed_ = loader.Take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
-    if (c.tie_word_embeddings) {
-      loader.Ignore("lm_head.weight");  // some exporters write the tied copy anyway
+    const std::string embed = "model.embed_tokens.weight";
+    if (is_first_stage() || (is_last_stage() && c.tie_word_embeddings)) {
+      embed_ = loader.Take(embed, {c.vocab_size, c.hidden_size});
+    } else {
+      loader.Ignore(embed);
+    }
+    if (c.tie_word_embeddings || !is_last_stage()) {
+      loader.Ignore("lm_head.weight");  // tied exporters may write the copy anyway
     } else {
       lm_head_ = loader.Take("lm_head.weight", {c.vocab_size, c.hidden_size});
     }
-    final_norm_ = loader.Take("model.norm.weight", {c.hidden_size});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (is_last_stage()) {
+      final_norm_ = loader.Take("model.norm.weight", {c.hidden_size});
+    } else {
+      loader.Ignore("model.norm.weight");
+    }
+    IgnoreOtherStagesLayers(loader, pp_, c.num_layers, "model.layers.");
+    for (int64_t i = pp_.first_layer; i < pp_.first_layer + pp_.num_layers; ++i) {
       const std::string prefix = "model.layers." + std::to_string(i) + ".";
       Layer layer;
       layer.input_norm = loader.Take(prefix + "input_layernorm.weight", {c.hidden_size});
@@ -50,24 +65,29 @@ class LlamaModel final : public Model {
   }
 
   absl::Status Forward(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
-                       const Tensor& logits) override {
-    RETURN_IF_ERROR(CheckInputs(in, kv, logits));
-    const ModelConfig& c = config();
+                       const Tensor& logits, const Tensor* hidden) override {
     Backend& b = *backend_;
+    RETURN_IF_ERROR(CheckInputs(in, kv, logits, hidden, b.compute_dtype()));
+    const ModelConfig& c = config();
     const int64_t tokens = in.token_ids.dim(0);
     const float eps = static_cast<float>(c.norm_eps);
     const Tensor residual = ws_.residual.view().SliceRows(0, tokens);
     const Tensor normed = ws_.normed.view().SliceRows(0, tokens);
     const Tensor block_out = ws_.block_out.view().SliceRows(0, tokens);
-    RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+    if (is_first_stage()) {
+      RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+    } else {  // a same-dtype Convert is a device copy on every backend
+      RETURN_IF_ERROR(b.Convert(*hidden, residual));
+    }
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& layer = layers_[i];
-      if (i == 0) {
+      if (i == 0) {  // the stage's input is a complete residual: nothing pending to add
         RETURN_IF_ERROR(b.RmsNorm(residual, layer.input_norm.view(), eps, normed));
       } else {  // residual += previous MLP output, then normalise
         RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
       }
-      const auto layer_index = static_cast<int64_t>(i);
+      // Global index: sliding windows and observer names are per checkpoint layer.
+      const int64_t layer_index = pp_.first_layer + static_cast<int64_t>(i);
       Observe(layer_index, "input", residual);
       Observe(layer_index, "attn_in", normed);
       RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
@@ -82,6 +102,8 @@ class LlamaModel final : public Model {
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       Observe(layer_index, "mlp_out", block_out);
     }
+    // The last MLP output is still pending: the next stage gets residual + block_out.
+    if (!is_last_stage()) return b.Add(residual, block_out, *hidden);
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
     Observe(-1, "final_norm", normed);
     // Known gap: lm_head is replicated (every rank computes the full logits), not vocab-parallel.
@@ -97,10 +119,11 @@ class LlamaModel final : public Model {
   };
 
   TpShard tp_;
+  PpStage pp_;
   Backend* backend_ = nullptr;
-  Buffer embed_;       // [V, H]
-  Buffer lm_head_;     // [V, H], empty when tied
-  Buffer final_norm_;  // [H]
+  Buffer embed_;       // [V, H]; first stage, and last when tied
+  Buffer lm_head_;     // [V, H]; last stage, empty when tied
+  Buffer final_norm_;  // [H]; last stage
   Buffer rope_;        // f32 [max_positions, head_dim]
   std::vector<Layer> layers_;
   Workspace ws_;

@@ -4,9 +4,24 @@
 #include "common/model_config/config_parser.h"
 #include "common/status.h"
 #include "worker/model/architectures.h"
+#include "worker/model/pipeline_parallel.h"
 #include "worker/model/tensor_parallel.h"
 
 namespace xserv::model {
+
+Model::Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions& options)
+    : config_(std::move(config)),
+      rank_config_(std::move(rank_config)),
+      tp_rank_(options.tp_rank),
+      tp_size_(options.tp_size),
+      max_num_tokens_(options.max_num_tokens),
+      pp_rank_(options.pp_rank),
+      pp_size_(options.pp_size) {
+  const PpStage stage = PpStage::FromOptions(options, config_.num_layers);
+  first_layer_ = static_cast<int>(stage.first_layer);
+  num_local_layers_ = static_cast<int>(stage.num_layers);
+  rank_config_.num_layers = stage.num_layers;  // so the KV cache holds only this stage's layers
+}
 
 void Model::Observe(int64_t layer, const char* what, const kernels::Tensor& activation) const {
   if (!observer_) return;
@@ -15,7 +30,8 @@ void Model::Observe(int64_t layer, const char* what, const kernels::Tensor& acti
 }
 
 absl::Status Model::CheckInputs(const ForwardInputs& in, std::span<const kernels::KvLayer> kv,
-                                const kernels::Tensor& logits) const {
+                                const kernels::Tensor& logits, const kernels::Tensor* hidden,
+                                kernels::DType compute_dtype) const {
   const int64_t tokens = in.token_ids.rank == 1 ? in.token_ids.dim(0) : -1;
   if (tokens < 1 || tokens > max_num_tokens_) {
     return absl::InvalidArgumentError(absl::StrCat("Forward: ", tokens,
@@ -24,10 +40,23 @@ absl::Status Model::CheckInputs(const ForwardInputs& in, std::span<const kernels
   if (in.positions.rank != 1 || in.positions.dim(0) != tokens) {
     return absl::InvalidArgumentError("Forward: positions must be [tokens]");
   }
-  if (static_cast<int64_t>(kv.size()) != config_.num_layers) {
+  if (static_cast<int64_t>(kv.size()) != num_local_layers_) {
     return absl::InvalidArgumentError(absl::StrCat("Forward: ", kv.size(), " KV layers for ",
-                                                   config_.num_layers, " model layers"));
+                                                   num_local_layers_, " model layers"));
   }
+  if (!is_first_stage() || !is_last_stage()) {
+    const std::string where = absl::StrCat("Forward: pipeline stage ", pp_rank_, " of ", pp_size_);
+    if (hidden == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " needs hidden states"));
+    }
+    if (hidden->rank != 2 || hidden->dim(0) != tokens || hidden->dim(1) != config_.hidden_size ||
+        hidden->dtype != compute_dtype || !hidden->is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": hidden must be contiguous ", std::string(kernels::DTypeName(compute_dtype)),
+          " [", tokens, ", ", config_.hidden_size, "], got ", hidden->Describe()));
+    }
+  }
+  if (!is_last_stage()) return absl::OkStatus();  // no logits before the last stage
   const int64_t rows = in.logits_indices.rank == 1 ? in.logits_indices.dim(0) : -1;
   if (rows < 0 || rows > tokens || logits.rank != 2 || logits.dim(0) != rows ||
       logits.dim(1) != config_.vocab_size) {
@@ -41,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
                                                  const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
   RETURN_IF_ERROR(ValidateTensorParallel(config, options));
+  RETURN_IF_ERROR(ValidatePipelineParallel(config, options));
   if (options.tp_size > 1 && backend.device() != kernels::DeviceType::kCpu) {
     // Refused at start-up rather than at the first step: AllReduceSum (layers.cc) only hands
     // host memory to the communicator so far; the device route (NCCL) lifts this.

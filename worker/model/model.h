@@ -13,6 +13,14 @@
 // on every rank, only the heads in a block differ) and its own KV cache sized by rank_config(),
 // because Forward all-reduces twice per layer through the communicator. Every rank returns the
 // full logits.
+//
+// Pipeline parallelism (ModelLoadOptions::pp_size > 1): the layers are split into pp_size
+// contiguous stages (see pipeline_parallel.h); each stage loads only its layers, the first also
+// the embedding, the last also the final norm and lm_head. Every stage runs Forward for every
+// step with the same ForwardInputs (token_ids included: its length is the step's T, although only
+// the first stage reads the ids) and its own KV cache (rank_config() holds only its layers). The
+// residual stream passes between stages through Forward's `hidden`; the caller moves it. TP
+// composes: each rank has a tp_rank and a pp_rank, and all-reduces within its stage's TP group.
 #pragma once
 
 #include <functional>
@@ -49,6 +57,10 @@ struct ModelLoadOptions {
   // The group's communicator (rank tp_rank of tp_size), required when tp_size > 1. Not owned; it
   // must outlive the model and is used only inside Forward, on the thread that calls Forward.
   parallel::Communicator* tp_comm = nullptr;
+  // Pipeline parallelism: this stage's index and the number of stages. pp_size must not exceed
+  // the model's layers; otherwise LoadModel fails with InvalidArgument naming the numbers.
+  int pp_rank = 0;
+  int pp_size = 1;
 };
 
 // Called during Forward with named intermediate activations ("layers.3.attn_out", see each
@@ -64,35 +76,51 @@ class Model {
   // The checkpoint's configuration: the whole model, whatever this rank holds.
   const ModelConfig& config() const { return config_; }
   // The shapes this rank holds: config() with num_heads, num_kv_heads and intermediate_size of
-  // its tensor-parallel shard (equal to config() when tp_size == 1). Size the KV cache with it:
-  // KvCache::Allocate(backend, model.rank_config(), ...) and KvCache::BytesPerBlock likewise.
+  // its tensor-parallel shard and num_layers = num_local_layers() (equal to config() when
+  // tp_size == pp_size == 1; layer_types stays whole, indexed by the global layer). Size the KV
+  // cache with it: KvCache::Allocate(backend, model.rank_config(), ...) and
+  // KvCache::BytesPerBlock likewise.
   const ModelConfig& rank_config() const { return rank_config_; }
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
   int max_num_tokens() const { return max_num_tokens_; }
 
-  // Runs every layer over the step's tokens, writes their keys and values into `kv` (one entry
-  // per layer) and writes f32 logits [L, vocab_size] for the rows in logits_indices.
+  // This pipeline stage: the global index of its first layer and how many layers it holds
+  // ([0, config().num_layers) on a single stage).
+  int first_layer() const { return first_layer_; }
+  int num_local_layers() const { return num_local_layers_; }
+  bool is_first_stage() const { return pp_rank_ == 0; }
+  bool is_last_stage() const { return pp_rank_ == pp_size_ - 1; }
+  int pp_rank() const { return pp_rank_; }
+  int pp_size() const { return pp_size_; }
+
+  // Runs this stage's layers over the step's tokens and writes their keys and values into `kv`
+  // (one entry per local layer, index 0 = first_layer()). The last stage writes f32 logits
+  // [L, vocab_size] for the rows in logits_indices; other stages write none (`logits` may be
+  // empty). `hidden` is the residual stream [T, hidden_size] of the backend's compute dtype,
+  // contiguous, required unless the stage is both first and last: a non-first stage reads its
+  // input from it instead of embedding token_ids, a non-last stage writes its output into it
+  // (the complete residual after its last layer). Input and output may share it.
   virtual absl::Status Forward(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
-                               const kernels::Tensor& logits) = 0;
+                               const kernels::Tensor& logits,
+                               const kernels::Tensor* hidden = nullptr) = 0;
 
   // Empty (the default) costs nothing; architectures without observation points ignore it.
   void set_activation_observer(ActivationObserver observer) { observer_ = std::move(observer); }
 
  protected:
-  // `rank_config` is RankConfig(config, ...) of tensor_parallel.h.
-  Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions& options)
-      : config_(std::move(config)),
-        rank_config_(std::move(rank_config)),
-        tp_rank_(options.tp_rank),
-        tp_size_(options.tp_size),
-        max_num_tokens_(options.max_num_tokens) {}
+  // `rank_config` is RankConfig(config, ...) of tensor_parallel.h; the constructor narrows its
+  // num_layers to this pipeline stage's.
+  Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions& options);
 
-  // Checks shapes common to every architecture: T within the workspace, matching KV layers.
+  // Checks shapes common to every architecture: T within the workspace, one KV entry per local
+  // layer, logits on the last stage, `hidden` [T, H] of `compute_dtype` where the stage needs it.
   absl::Status CheckInputs(const ForwardInputs& inputs, std::span<const kernels::KvLayer> kv,
-                           const kernels::Tensor& logits) const;
+                           const kernels::Tensor& logits, const kernels::Tensor* hidden,
+                           kernels::DType compute_dtype) const;
 
-  // Reports `activation` as "layers.<layer>.<what>" (or "<what>" for layer < 0) to the observer.
+  // Reports `activation` as "layers.<layer>.<what>" (or "<what>" for layer < 0) to the observer;
+  // `layer` is the global index.
   void Observe(int64_t layer, const char* what, const kernels::Tensor& activation) const;
 
  private:
@@ -101,6 +129,10 @@ class Model {
   int tp_rank_;
   int tp_size_;
   int max_num_tokens_;
+  int pp_rank_;
+  int pp_size_;
+  int first_layer_;
+  int num_local_layers_;
   ActivationObserver observer_;
 };
 

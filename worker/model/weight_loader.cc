@@ -1,5 +1,6 @@
 #include "worker/model/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -244,10 +245,15 @@ std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name,
 
 void WeightLoader::Ignore(const std::string& name) { used_.insert(name); }
 
+void WeightLoader::IgnorePrefix(const std::string& prefix) { ignored_prefixes_.push_back(prefix); }
+
 absl::Status WeightLoader::Finish() const {
   std::vector<std::string> problems = problems_;
   for (const std::string& name : checkpoint_.TensorNames()) {
-    if (!used_.contains(name)) problems.push_back(absl::StrCat("unexpected tensor ", name));
+    if (used_.contains(name)) continue;
+    const bool ignored = std::any_of(ignored_prefixes_.begin(), ignored_prefixes_.end(),
+                                     [&](const std::string& p) { return name.starts_with(p); });
+    if (!ignored) problems.push_back(absl::StrCat("unexpected tensor ", name));
   }
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(

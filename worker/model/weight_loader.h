@@ -76,6 +76,9 @@ class WeightLoader {
 
   // Marks a tensor as deliberately unused (e.g. lm_head.weight of a tied model).
   void Ignore(const std::string& name);
+  // Marks every tensor whose name starts with `prefix` as deliberately unused: a pipeline stage's
+  // view of the other stages' layers ("model.layers.7."; end with "." so 7 does not cover 70).
+  void IgnorePrefix(const std::string& prefix);
 
   // OK when every Take found its tensor and every tensor was taken or ignored; otherwise one
   // error naming the directory and listing the missing, misshapen and unexpected tensors.
@@ -104,6 +107,7 @@ class WeightLoader {
   safetensors::SafetensorsModel checkpoint_;
   kernels::Backend* backend_;
   std::set<std::string> used_;
+  std::vector<std::string> ignored_prefixes_;
   std::vector<std::string> problems_;
   uint64_t bytes_loaded_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "worker/service/worker_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/grpc/status_conversion.h"
@@ -43,7 +44,9 @@ WorkerIdentity WorkerService::identity() const {
 
 bool WorkerService::is_leader() const {
   std::lock_guard<std::mutex> lock(identity_mu_);
-  return identity_.layout.tp_rank() == 0 && identity_.layout.pp_rank() == 0;
+  // TP rank 0 of the last pipeline stage, where the logits are (see worker/main.cc).
+  const auto& l = identity_.layout;
+  return l.tp_rank() == 0 && l.pp_rank() + 1 >= std::max<uint32_t>(l.pp_size(), 1);
 }
 
 grpc::ServerWriteReactor<wv1::GenerateResponse>* WorkerService::Generate(

@@ -2,6 +2,7 @@
 //
 //   xserv-make-model --arch qwen3 --preset tiny --seed 1
 //       --tokenizer .assets/tokenizers/qwen3 --out /tmp/qwen3-tiny [--dtype bf16|f32]
+//       [--num-layers N]
 #include <cstdint>
 #include <string>
 
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "dtype of dense tensors: bf16 or f32 (gpt-oss experts stay "
                                    "MXFP4)")
       ->capture_default_str();
+  app.add_option("--num-layers", options.num_layers,
+                 "number of decoder layers, overriding the preset's (e.g. deeper tiny models)")
+      ->check(CLI::PositiveNumber);
   if (auto exit_code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-make-model")) {
     return *exit_code;
   }

@@ -214,10 +214,15 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   if (options.dtype != DType::kBF16 && options.dtype != DType::kF32) {
     return absl::InvalidArgumentError("MakeModel: dtype must be bf16 or f32");
   }
+  if (options.num_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MakeModel: num_layers must be positive, got ", options.num_layers));
+  }
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromFile(options.tokenizer_dir));
   ASSIGN_OR_RETURN(const SpecialTokens tokens, ResolveSpecialTokens(*tok, options.tokenizer_dir));
   ModelShape shape = PresetShape(options.arch, options.preset);
   shape.vocab_size = PaddedVocabSize(tok->vocab_size());
+  if (options.num_layers > 0) shape.num_layers = options.num_layers;
 
   const fs::path out(options.out_dir);
   std::error_code ec;

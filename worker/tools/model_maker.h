@@ -24,6 +24,9 @@ struct MakeModelOptions {
   std::string out_dir;        // created if absent; existing files of the same names are replaced
   // Dtype of every dense tensor (kBF16 or kF32); gpt-oss experts are MXFP4 either way.
   safetensors::DType dtype = safetensors::DType::kBF16;
+  // Layer count overriding the preset's (0: the preset's), e.g. deeper tiny models for pipeline
+  // parallelism tests; negative is InvalidArgument.
+  int64_t num_layers = 0;
 };
 
 // The model's vocabulary: the tokenizer's (added tokens included) rounded up to a multiple of 64,

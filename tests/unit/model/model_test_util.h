@@ -111,18 +111,54 @@ class Harness {
     return table;
   }
 
-  // Runs one step; returns logits rows (flattened) in BatchBuilder order.
-  std::vector<float> Step(const std::vector<SequenceChunk>& chunks) {
+  // Runs one step; returns logits rows (flattened) in BatchBuilder order. A pipeline stage
+  // (ModelLoadOptions::pp_size > 1) exchanges its residual stream through `hidden`, host floats
+  // [T * H] as an engine stages them: a non-first stage reads its input there, a non-last one
+  // writes its output there and returns no logits.
+  std::vector<float> Step(const std::vector<SequenceChunk>& chunks,
+                          std::vector<float>* hidden = nullptr) {
     auto in = builder_->Build(chunks);
     EXPECT_TRUE(in.ok()) << in.status();
     if (!in.ok()) return {};
-    const int64_t rows = in->logits_indices.dim(0);
-    auto logits = backend_.Allocate(kernels::DType::kF32, {rows, vocab()});
-    EXPECT_TRUE(logits.ok());
-    const absl::Status status = model_->Forward(*in, kv_->layers(), logits->view());
+    const bool first = model_->is_first_stage(), last = model_->is_last_stage();
+    const int64_t tokens = in->token_ids.dim(0), width = model_->config().hidden_size;
+    kernels::Tensor hidden_rows;
+    if (!first || !last) {
+      EXPECT_NE(hidden, nullptr) << "a pipeline stage needs hidden states";
+      if (hidden == nullptr) return {};
+      if (hidden_.empty()) {
+        auto buffer = backend_.Allocate(backend_.compute_dtype(), {256, width});
+        EXPECT_TRUE(buffer.ok()) << buffer.status();
+        if (!buffer.ok()) return {};
+        hidden_ = std::move(*buffer);
+      }
+      hidden_rows = hidden_.view().SliceRows(0, tokens);
+      if (!first) {
+        EXPECT_EQ(static_cast<int64_t>(hidden->size()), tokens * width);
+        if (static_cast<int64_t>(hidden->size()) != tokens * width) return {};
+        EXPECT_TRUE(backend_.CopyFromHost(hidden->data(), hidden_rows).ok());
+      }
+    }
+    const int64_t rows = last ? in->logits_indices.dim(0) : 0;
+    kernels::Buffer logits;
+    if (last) {
+      auto buffer = backend_.Allocate(kernels::DType::kF32, {rows, vocab()});
+      EXPECT_TRUE(buffer.ok());
+      if (!buffer.ok()) return {};
+      logits = std::move(*buffer);
+    }
+    const absl::Status status =
+        model_->Forward(*in, kv_->layers(), last ? logits.view() : kernels::Tensor{},
+                        hidden_rows.empty() ? nullptr : &hidden_rows);
     EXPECT_TRUE(status.ok()) << status;
+    if (!status.ok()) return {};
+    if (!last) {
+      hidden->resize(static_cast<size_t>(tokens * width));
+      EXPECT_TRUE(backend_.CopyToHost(hidden_rows, hidden->data()).ok());
+      return {};
+    }
     std::vector<float> host(rows * vocab());
-    EXPECT_TRUE(backend_.CopyToHost(logits->view(), host.data()).ok());
+    EXPECT_TRUE(backend_.CopyToHost(logits.view(), host.data()).ok());
     return host;
   }
 
@@ -131,6 +167,7 @@ class Harness {
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<BatchBuilder> builder_;
+  kernels::Buffer hidden_;  // [256, H], pipeline stages only
   std::vector<int32_t> free_blocks_;
 };
 

@@ -40,9 +40,10 @@ TEST(Topology, ValidationNamesTheProblem) {
   EXPECT_FALSE(t.Validate().ok());
   t.backend = "cpu";
   t.tp = 2;
+  t.pp = 3;
   EXPECT_TRUE(t.Validate().ok());
-  t.pp = 2;
-  EXPECT_EQ(t.Validate().code(), absl::StatusCode::kUnimplemented);  // honest: not yet
+  t.worker_base_port = 7000;
+  EXPECT_EQ(t.LeaderAddresses(), (std::vector<std::string>{"127.0.0.1:7004"}));  // tp 0, stage 2
   t.tp = 1;
   t.pp = 1;
   t.replicas = 0;

@@ -1,8 +1,9 @@
-// Tensor parallelism across worker processes, through the whole stack on the CPU backend:
-// xserv-supervisor --tp N starts N worker ranks that meet over Gloo (rendezvous through the
-// leader's Rendezvous RPC) and the router. Greedy tokens must equal TP=1's and logprobs agree
-// within fp32 tolerance (different summation order only), for Qwen3 and gpt-oss. kill -9 of a
-// peer rank takes the replica down and the supervisor brings it back (recovery time recorded).
+// Tensor and pipeline parallelism across worker processes, through the whole stack on the CPU
+// backend: xserv-supervisor --tp T --pp P starts T*P worker ranks that meet over Gloo
+// (rendezvous through the leader's Rendezvous RPC) and the router. Greedy tokens must equal a
+// single rank's and logprobs agree within fp32 tolerance (different summation order only), for
+// Qwen3 and gpt-oss with 5 layers (so PP=3 splits unevenly, 2+2+1). kill -9 of a peer rank takes
+// the replica down and the supervisor brings it back (recovery time recorded).
 #include <signal.h>
 
 #include <chrono>
@@ -28,13 +29,14 @@ struct Completion {
 
 class Stack {
  public:
-  // Starts supervisor + router + `tp` worker ranks serving `model`.
-  bool Start(const std::string& model, int tp) {
+  // Starts supervisor + router + tp*pp worker ranks serving `model`.
+  bool Start(const std::string& model, int tp, int pp = 1) {
     std::mt19937 rng(std::random_device{}());
     const int worker_port = 20000 + static_cast<int>(rng() % 20000);
     return supervisor_.StartServer(
         "xserv-supervisor",
-        {"--model", model, "--tp", std::to_string(tp), "--worker-base-port",
+        {"--model", model, "--tp", std::to_string(tp), "--pp", std::to_string(pp),
+         "--worker-base-port",
          std::to_string(worker_port), "--grace-period-s", "20", "--worker-arg=--kv-cache-memory",
          "--worker-arg=0.0625", "--worker-arg=--swap-space-gb", "--worker-arg=0",
          "--worker-arg=--threads", "--worker-arg=1"},
@@ -78,10 +80,11 @@ std::vector<std::vector<int>> Prompts() {
   return prompts;
 }
 
-std::vector<Completion> RunAll(const std::string& model, int tp) {
+std::vector<Completion> RunAll(const std::string& model, int tp, int pp = 1) {
   Stack stack;
-  if (!stack.Start(model, tp)) {
-    ADD_FAILURE() << "tp=" << tp << " did not start\n" << stack.supervisor().Log();
+  if (!stack.Start(model, tp, pp)) {
+    ADD_FAILURE() << "tp=" << tp << " pp=" << pp << " did not start\n"
+                  << stack.supervisor().Log();
     return {};
   }
   std::vector<Completion> out;
@@ -108,24 +111,29 @@ void ExpectSameGreedy(const std::vector<Completion>& base, const std::vector<Com
   }
 }
 
-TEST(TensorParallel, Qwen3MatchesSingleRank) {
-  const std::string model = MakeTinyModel("qwen3", "qwen3");
-  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
-  const std::vector<Completion> base = RunAll(model, 1);
+// Every layout of one architecture against the single rank.
+void ExpectLayoutsMatch(const std::string& arch, const std::string& tokenizer,
+                        const std::vector<std::pair<int, int>>& layouts) {
+  const std::string model = MakeTinyModel(arch, tokenizer, /*seed=*/3, /*num_layers=*/5);
+  if (model.empty()) GTEST_SKIP() << tokenizer << " tokenizer not fetched (scripts/fetch-assets.sh)";
+  const std::vector<Completion> base = RunAll(model, 1, 1);
   ASSERT_FALSE(base.empty());
-  ExpectSameGreedy(base, RunAll(model, 2), "qwen3 tp=2");
-  ExpectSameGreedy(base, RunAll(model, 4), "qwen3 tp=4 (KV heads replicated)");
+  for (const auto& [tp, pp] : layouts) {
+    ExpectSameGreedy(base, RunAll(model, tp, pp),
+                     arch + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp));
+  }
 }
 
-TEST(TensorParallel, GptOssMatchesSingleRank) {
-  const std::string model = MakeTinyModel("gpt-oss", "gpt-oss");
-  if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
-  const std::vector<Completion> base = RunAll(model, 1);
-  ASSERT_FALSE(base.empty());
-  ExpectSameGreedy(base, RunAll(model, 2), "gpt-oss tp=2");
+// TP=4 replicates the tiny model's 2 KV heads; PP=3 splits 5 layers 2+2+1.
+TEST(Parallel, Qwen3LayoutsMatchSingleRank) {
+  ExpectLayoutsMatch("qwen3", "qwen3", {{2, 1}, {4, 1}, {1, 2}, {1, 3}, {2, 2}});
 }
 
-TEST(TensorParallel, PeerKillRestartsTheReplica) {
+TEST(Parallel, GptOssLayoutsMatchSingleRank) {
+  ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {1, 2}, {1, 3}, {2, 2}});
+}
+
+TEST(Parallel, PeerKillRestartsTheReplica) {
   const std::string model = MakeTinyModel("qwen3", "qwen3");
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   Stack stack;
