@@ -27,6 +27,7 @@
 #if XSERV_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
+#include "worker/parallel/nccl_communicator.h"
 #endif
 #include "spdlog/spdlog.h"
 #include "worker/engine/engine.h"
@@ -136,8 +137,9 @@ absl::Status CheckLayout(const WorkerFlags& f) {
 }
 
 // The replica's communicators: `world` spans every rank (step plans, pipeline hand-offs, KV
-// agreement), `tp` the ranks of this stage (the model's all-reduces). With one stage they are the
-// same group; with one rank there are none.
+// agreement; Gloo, host memory), `tp` the ranks of this stage (the model's all-reduces: Gloo on
+// the CPU backend, where one stage's two groups are one, NCCL on CUDA). With one rank there are
+// none.
 struct ReplicaGroups {
   std::unique_ptr<parallel::Communicator> world_owned, tp_owned;
   parallel::Communicator* world = nullptr;
@@ -162,9 +164,11 @@ class LocalRendezvousKeyValueStore final : public parallel::KeyValueStore {
   RendezvousStore& store_;
 };
 
-// Joins the groups. The Gloo rendezvous goes through the store the leader serves over its
-// Rendezvous RPC (peers) or directly (the leader itself).
-absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, RendezvousStore& local) {
+// Joins the groups. The Gloo rendezvous (and NCCL's id exchange) goes through the store the
+// leader serves over its Rendezvous RPC (peers) or directly (the leader itself). `cuda_stream` is
+// the CUDA backend's stream, null on the CPU backend.
+absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, RendezvousStore& local,
+                                                void* cuda_stream) {
   ReplicaGroups groups;
   if (f.tp_size * f.pp_size == 1) return groups;
   spdlog::info("joining the replica as tp rank {}/{}, pp rank {}/{} (leader {}, epoch {})",
@@ -186,18 +190,31 @@ absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, Rendezvous
                                                                   .prefix = std::move(prefix),
                                                                   .timeout = timeout});
   };
-  if (f.pp_size == 1) {
+  if (f.pp_size == 1 && cuda_stream == nullptr) {  // CPU, one stage: one group does it all
     ASSIGN_OR_RETURN(groups.tp_owned, join(f.tp_rank, f.tp_size, "tp"));
     groups.world = groups.tp = groups.tp_owned.get();
     return groups;
   }
   ASSIGN_OR_RETURN(groups.world_owned, join(GlobalRank(f), f.tp_size * f.pp_size, "world"));
   groups.world = groups.world_owned.get();
-  if (f.tp_size > 1) {
+  if (f.tp_size > 1 && cuda_stream != nullptr) {
+#if XSERV_HAVE_CUDA
+    // Device all-reduces go through NCCL on the backend's stream; the world group stays Gloo
+    // for host-side control (step plans, KV agreement, pipeline hand-offs).
+    ASSIGN_OR_RETURN(groups.tp_owned,
+                     parallel::CreateNcclCommunicator(parallel::NcclOptions{
+                         .rank = f.tp_rank,
+                         .world_size = f.tp_size,
+                         .store = store,
+                         .prefix = absl::StrCat("nccl-tp-", f.pp_rank),
+                         .stream = cuda_stream,
+                         .timeout = timeout}));
+#endif
+  } else if (f.tp_size > 1) {
     ASSIGN_OR_RETURN(groups.tp_owned,
                      join(f.tp_rank, f.tp_size, absl::StrCat("tp-", f.pp_rank)));
-    groups.tp = groups.tp_owned.get();
   }
+  groups.tp = groups.tp_owned.get();
   return groups;
 }
 
@@ -323,7 +340,13 @@ int Run(const WorkerFlags& f) {
     return code;
   };
 
-  auto groups = JoinReplicaGroups(f, store);
+  void* cuda_stream = nullptr;
+#if XSERV_HAVE_CUDA
+  if (f.backend == "cuda") {
+    cuda_stream = static_cast<kernels::cuda::CudaBackend&>(backend).stream();
+  }
+#endif
+  auto groups = JoinReplicaGroups(f, store, cuda_stream);
   if (!groups.ok()) {
     spdlog::error("joining the replica: {}", groups.status().ToString());
     return fail(1);

@@ -4,6 +4,7 @@
 # (prompt logprobs, teacher-forced top-1, greedy prefix, a streaming chat). Results under $OUT.
 # Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2] [prompts] [len]
 # BATCH_INVARIANT=true serves with xserv-worker --batch-invariant (the determinism check's mode).
+# SUPERVISOR_ARGS adds supervisor flags, e.g. "--tp 2 --devices 0,1" on a two-GPU host.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -18,9 +19,11 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
   --out "$work" --prompts "$prompts" --len "$len" 2>&1 | tee "$OUT/e2e-$arch-reference.log" | tail -3
+nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 echo "reference: $(($(date +%s) - start)) s"
 port=18080
-.bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port \
+# shellcheck disable=SC2086
+.bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port ${SUPERVISOR_ARGS:-} \
   --bin-dir "$XSERV_ROOT/.bundle/bin" --worker-base-port 18100 \
   --worker-arg=--max-model-len --worker-arg=4096 \
   --worker-arg=--batch-invariant --worker-arg="${BATCH_INVARIANT:-false}" >"$OUT/e2e-$arch-serve.log" 2>&1 &

@@ -37,14 +37,18 @@ kernels::RopeSpec RopeSpecFor(const ModelConfig& config) {
 
 absl::Status AllReduceSum(parallel::Communicator* comm, Backend& backend, const Tensor& t) {
   if (comm == nullptr || comm->world_size() == 1) return absl::OkStatus();
-  if (backend.device() != kernels::DeviceType::kCpu || t.device != kernels::DeviceType::kCpu ||
-      t.dtype != kernels::DType::kF32 || !t.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AllReduceSum: tensor parallelism takes contiguous f32 host tensors on the "
-                     "cpu backend for now, got ", t.Describe(), " on ", backend.name()));
+  const bool device_tensor = t.device != kernels::DeviceType::kCpu;
+  const bool device_comm = comm->memory() == parallel::MemoryKind::kDevice;
+  if (!t.is_contiguous() || device_tensor != device_comm ||
+      (t.dtype != kernels::DType::kF32 && t.dtype != kernels::DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceSum: needs a contiguous f32/bf16 tensor in the communicator's memory, got ",
+        t.Describe(), " on ", backend.name()));
   }
-  return comm->AllReduce(std::span<float>(t.as<float>(), static_cast<size_t>(t.numel())),
-                         parallel::ReduceOp::kSum);
+  return comm->AllReduceTyped(t.data, static_cast<size_t>(t.numel()),
+                              t.dtype == kernels::DType::kBF16 ? parallel::ElementType::kBF16
+                                                               : parallel::ElementType::kF32,
+                              parallel::ReduceOp::kSum);
 }
 
 Buffer TakeShard(WeightLoader& loader, const TpShard& tp, const std::string& name,

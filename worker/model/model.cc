@@ -71,11 +71,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
   RETURN_IF_ERROR(ValidateTensorParallel(config, options));
   RETURN_IF_ERROR(ValidatePipelineParallel(config, options));
-  if (options.tp_size > 1 && backend.device() != kernels::DeviceType::kCpu) {
-    // Refused at start-up rather than at the first step: AllReduceSum (layers.cc) only hands
-    // host memory to the communicator so far; the device route (NCCL) lifts this.
-    return absl::UnimplementedError(absl::StrCat("tensor parallelism on the ", backend.name(),
-                                                 " backend is not wired yet (AllReduceSum)"));
+  if (options.tp_comm != nullptr && options.tp_size > 1) {
+    // Refused at start-up rather than at the first step: the all-reduces hand the communicator
+    // the backend's own memory (host for the CPU backend, device for CUDA: NCCL).
+    const bool device_backend = backend.device() != kernels::DeviceType::kCpu;
+    const bool device_comm = options.tp_comm->memory() == parallel::MemoryKind::kDevice;
+    if (device_backend != device_comm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor parallelism on the ", backend.name(), " backend needs a ",
+          device_backend ? "device (NCCL)" : "host (Gloo)", " communicator"));
+    }
   }
   ASSIGN_OR_RETURN(WeightLoader loader, WeightLoader::Open(dir, backend));
   std::unique_ptr<Model> model;

@@ -17,6 +17,14 @@ absl::Status BroadcastString(Communicator& comm, std::string& value, int root) {
   return comm.Broadcast(std::as_writable_bytes(std::span<char>(value.data(), value.size())), root);
 }
 
+absl::Status Communicator::AllReduceTyped(void* data, size_t count, ElementType type,
+                                          ReduceOp op) {
+  if (type != ElementType::kF32) {
+    return absl::UnimplementedError("this communicator all-reduces f32 only");
+  }
+  return AllReduce(std::span<float>(static_cast<float*>(data), count), op);
+}
+
 absl::Status SingleRankCommunicator::AllReduce(std::span<float> data, ReduceOp op) {
   return absl::OkStatus();
 }

@@ -21,12 +21,22 @@ namespace xserv::parallel {
 
 enum class ReduceOp { kSum, kMax };
 
+// Element types a typed all-reduce may carry (the activations of the two backends).
+enum class ElementType { kF32, kBF16 };
+// Where a communicator's buffers live: host memory (Gloo) or the current CUDA device (NCCL).
+enum class MemoryKind { kHost, kDevice };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  virtual MemoryKind memory() const { return MemoryKind::kHost; }
+
+  // In place on `count` elements of `type` at `data` (memory of this communicator's kind). The
+  // default takes kF32 through AllReduce below and refuses other types.
+  virtual absl::Status AllReduceTyped(void* data, size_t count, ElementType type, ReduceOp op);
 
   // In place on contiguous memory: host memory for the CPU backend, device memory for NCCL.
   virtual absl::Status AllReduce(std::span<float> data, ReduceOp op) = 0;
@@ -55,6 +65,9 @@ class SingleRankCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
+  absl::Status AllReduceTyped(void*, size_t, ElementType, ReduceOp) override {
+    return absl::OkStatus();
+  }
   absl::Status AllReduce(std::span<float> data, ReduceOp op) override;
   absl::Status AllGather(std::span<const float> send, std::span<float> recv) override;
   absl::Status Broadcast(std::span<std::byte> data, int root) override;

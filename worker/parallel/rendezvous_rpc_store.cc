@@ -73,7 +73,8 @@ absl::StatusOr<std::string> RendezvousRpcKeyValueStore::Get(const std::string& k
       }
       return std::move(*response.mutable_values(0));
     }
-    // The leader bounds one wait to a minute whatever our deadline: ask again until ours passes.
+    // The leader bounds one wait to a fraction of a second whatever our deadline (it must not
+    // hold its callback threads): ask again until ours passes.
     if (status.code() == absl::StatusCode::kDeadlineExceeded &&
         std::chrono::system_clock::now() < deadline) {
       continue;

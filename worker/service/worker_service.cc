@@ -156,10 +156,12 @@ grpc::ServerUnaryReactor* WorkerService::Rendezvous(grpc::CallbackServerContext*
   if (request->has_get()) {
     const std::vector<std::string> keys(request->get().keys().begin(),
                                         request->get().keys().end());
-    // The call's deadline bounds the wait (at most a minute when the client set none).
+    // The wait runs on one of gRPC's few callback threads: hold it briefly (the client asks
+    // again until its own deadline) so that waiting peers can never starve the Set calls that
+    // would satisfy them.
     const auto now = std::chrono::system_clock::now();
     const auto remaining = std::min<std::chrono::system_clock::duration>(
-        context->deadline() - now, std::chrono::minutes(1));
+        context->deadline() - now, std::chrono::milliseconds(200));
     auto values = store_->Get(request->epoch(), keys, std::chrono::steady_clock::now() + remaining);
     if (!values.ok()) return Done(context, ToGrpcStatus(values.status()));
     for (std::string& v : *values) response->add_values(std::move(v));
