@@ -357,7 +357,11 @@ int Run(const WorkerFlags& f) {
                                                         .tp_size = f.tp_size,
                                                         .tp_comm = groups->tp,
                                                         .pp_rank = f.pp_rank,
-                                                        .pp_size = f.pp_size});
+                                                        .pp_size = f.pp_size,
+                                                        .on_progress = [&](uint64_t loaded,
+                                                                           uint64_t total) {
+                                                          service.SetLoadProgress(loaded, total);
+                                                        }});
   if (!model.ok()) {
     spdlog::error("loading {}: {}", f.model_dir, model.status().ToString());
     return fail(1);

@@ -151,12 +151,13 @@ void Supervisor::ReapChildren() {
   }
 }
 
-bool Supervisor::LeaderServing(Replica& replica) {
+bool Supervisor::LeaderServing(Replica& replica, std::string* detail) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   wv1::HealthResponse health;
-  return replica.leader->Health(&ctx, wv1::HealthRequest(), &health).ok() &&
-         health.state() == wv1::HealthResponse::STATE_SERVING;
+  if (!replica.leader->Health(&ctx, wv1::HealthRequest(), &health).ok()) return false;
+  if (detail != nullptr) *detail = health.detail();
+  return health.state() == wv1::HealthResponse::STATE_SERVING;
 }
 
 void Supervisor::ProbeStarting() {
@@ -167,7 +168,7 @@ void Supervisor::ProbeStarting() {
       for (const Child& c : replica.ranks) all_gone &= c.pid <= 0;
       if (all_gone) LaunchReplica(r);
     }
-    if (replica.state == ReplicaState::kStarting && LeaderServing(replica)) {
+    if (replica.state == ReplicaState::kStarting && LeaderServing(replica, &replica.progress)) {
       replica.state = ReplicaState::kReady;
       spdlog::info("replica {} ready after {:.1f} s", r, SecondsSince(replica.ranks[0].started));
     }
@@ -254,8 +255,14 @@ int Supervisor::Run() {
     }
     if (!router_started_once && Clock::now() - last_progress > std::chrono::seconds(2)) {
       last_progress = Clock::now();
-      spdlog::info("waiting for replicas: {}/{} ready ({:.0f} s)", ready, replicas_.size(),
-                   SecondsSince(start));
+      std::string loading;
+      for (size_t r = 0; r < replicas_.size(); ++r) {
+        if (replicas_[r].state == ReplicaState::kStarting && !replicas_[r].progress.empty()) {
+          absl::StrAppend(&loading, "; replica ", r, " ", replicas_[r].progress);
+        }
+      }
+      spdlog::info("waiting for replicas: {}/{} ready ({:.0f} s){}", ready, replicas_.size(),
+                   SecondsSince(start), loading);
     }
   }
 }

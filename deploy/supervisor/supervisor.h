@@ -43,6 +43,7 @@ class Supervisor {
     RestartBackoff backoff;
     std::unique_ptr<xserv::worker::v1::Worker::Stub> leader;
     uint64_t epoch = 0;  // launches so far: the ranks of one launch share it (--replica-epoch)
+    std::string progress;  // the leader's last STARTING detail
   };
 
   bool Launch(Child& child);
@@ -50,7 +51,9 @@ class Supervisor {
   void KillReplica(size_t r, int sig);
   void ReapChildren();
   void ProbeStarting();
-  bool LeaderServing(Replica& replica);
+  // Health of the replica's leader: true when SERVING; `detail` gets the state's detail (e.g.
+  // weight-loading progress while STARTING).
+  bool LeaderServing(Replica& replica, std::string* detail = nullptr);
   void Drain();
   bool WaitExit(std::vector<Child*> children, std::chrono::milliseconds timeout);
   std::vector<std::string> WorkerArgv(int replica, int rank, uint64_t epoch) const;

@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
     }
   }
   ASSIGN_OR_RETURN(WeightLoader loader, WeightLoader::Open(dir, backend));
+  loader.set_progress(options.on_progress);
   std::unique_ptr<Model> model;
   switch (config.architecture) {
     case Architecture::kLlama:

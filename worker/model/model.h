@@ -61,6 +61,8 @@ struct ModelLoadOptions {
   // the model's layers; otherwise LoadModel fails with InvalidArgument naming the numbers.
   int pp_rank = 0;
   int pp_size = 1;
+  // Start-up progress: (bytes read so far, checkpoint bytes), called on the loading thread.
+  std::function<void(uint64_t, uint64_t)> on_progress;
 };
 
 // Called during Forward with named intermediate activations ("layers.3.attn_out", see each

@@ -33,8 +33,14 @@ absl::StatusOr<WeightLoader> WeightLoader::Open(const std::string& dir, kernels:
   return WeightLoader(dir, std::move(*checkpoint), backend);
 }
 
+void WeightLoader::Count(uint64_t bytes) {
+  bytes_loaded_ += bytes;
+  if (progress_) progress_(bytes_loaded_, checkpoint_.TotalBytes());
+}
+
 std::optional<safetensors::TensorView> WeightLoader::Lookup(const std::string& name,
-                                                            const std::vector<int64_t>& shape) {
+                                                            const std::vector<int64_t>& shape,
+                                                            bool count) {
   used_.insert(name);
   auto view = checkpoint_.Tensor(name);
   if (!view.ok()) {
@@ -46,7 +52,7 @@ std::optional<safetensors::TensorView> WeightLoader::Lookup(const std::string& n
                                      ", expected ", ShapeString(shape)));
     return std::nullopt;
   }
-  bytes_loaded_ += view->data.size();
+  if (count) Count(view->data.size());
   return std::move(*view);
 }
 
@@ -62,9 +68,7 @@ std::optional<WeightLoader::SlicedBytes> WeightLoader::LookupSlice(
                                      ShapeString(shape)));
     return std::nullopt;
   }
-  const uint64_t before = bytes_loaded_;
-  auto view = Lookup(name, shape);
-  bytes_loaded_ = before;  // only the slice is counted, below
+  auto view = Lookup(name, shape, /*count=*/false);  // only the slice is counted, below
   if (!view) return std::nullopt;
   // Row-major: the tensor is `outer` runs of shape[dim] sub-blocks of `inner` bytes each.
   const size_t elem = safetensors::DTypeSize(view->dtype);
@@ -83,7 +87,7 @@ std::optional<WeightLoader::SlicedBytes> WeightLoader::LookupSlice(
       dst += n;
     }
   }
-  bytes_loaded_ += out.data.size();
+  Count(out.data.size());
   return out;
 }
 

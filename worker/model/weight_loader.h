@@ -5,6 +5,7 @@
 // Used only during model loading, on one thread. The checkpoint stays mapped while it lives.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -85,14 +86,23 @@ class WeightLoader {
   absl::Status Finish() const;
 
   uint64_t bytes_loaded() const { return bytes_loaded_; }
+  uint64_t checkpoint_bytes() const { return checkpoint_.TotalBytes(); }
+  // Called with (bytes_loaded, checkpoint_bytes) each time a tensor (or slice) has been read, for
+  // start-up progress reports. A tensor-parallel rank reads only its share of the checkpoint.
+  void set_progress(std::function<void(uint64_t, uint64_t)> progress) {
+    progress_ = std::move(progress);
+  }
 
  private:
   WeightLoader(std::string dir, safetensors::SafetensorsModel checkpoint, kernels::Backend& backend)
       : dir_(std::move(dir)), checkpoint_(std::move(checkpoint)), backend_(&backend) {}
 
-  // The tensor `name` if present with `shape` (marked used, bytes counted); records problems.
+  // The tensor `name` if present with `shape` (marked used, bytes counted unless `count` is
+  // false); records problems.
   std::optional<safetensors::TensorView> Lookup(const std::string& name,
-                                                const std::vector<int64_t>& shape);
+                                                const std::vector<int64_t>& shape,
+                                                bool count = true);
+  void Count(uint64_t bytes);
   // Like Lookup, but copies out only `slice` (its bytes counted, not the whole tensor's).
   struct SlicedBytes {
     safetensors::DType dtype;
@@ -110,6 +120,7 @@ class WeightLoader {
   std::vector<std::string> ignored_prefixes_;
   std::vector<std::string> problems_;
   uint64_t bytes_loaded_ = 0;
+  std::function<void(uint64_t, uint64_t)> progress_;
 };
 
 }  // namespace xserv::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_format.h"
 #include "common/grpc/status_conversion.h"
 #include "common/version.h"
 #include "worker/service/generate_stream.h"
@@ -86,6 +87,10 @@ grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* con
     response->set_state(wv1::HealthResponse::STATE_SERVING);
   } else {
     response->set_state(wv1::HealthResponse::STATE_STARTING);
+    if (const uint64_t total = checkpoint_bytes_; total > 0) {
+      response->set_detail(absl::StrFormat("loading weights: %.2f GiB read of a %.2f GiB checkpoint",
+                                           loaded_bytes_ / 1073741824.0, total / 1073741824.0));
+    }
   }
   return Done(context, grpc::Status::OK);
 }

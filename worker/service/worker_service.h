@@ -40,8 +40,13 @@ class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
   // A peer's identity completed by loading.
   void SetIdentity(WorkerIdentity identity);
 
-  // Health reports SERVING once set; DRAINING after SetDraining.
+  // Health reports SERVING once set; DRAINING after SetDraining. Before that, STARTING with the
+  // weight-loading progress set here as its detail.
   void SetServing() { serving_ = true; }
+  void SetLoadProgress(uint64_t loaded_bytes, uint64_t checkpoint_bytes) {
+    loaded_bytes_ = loaded_bytes;
+    checkpoint_bytes_ = checkpoint_bytes;
+  }
   void SetDraining() { draining_ = true; }
 
   grpc::ServerWriteReactor<xserv::worker::v1::GenerateResponse>* Generate(
@@ -72,6 +77,7 @@ class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
   mutable std::mutex identity_mu_;
   WorkerIdentity identity_;
   std::atomic<bool> serving_{false};
+  std::atomic<uint64_t> loaded_bytes_{0}, checkpoint_bytes_{0};
   std::atomic<bool> draining_{false};
 };
 

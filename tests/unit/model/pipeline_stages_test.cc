@@ -114,5 +114,23 @@ TEST(WeightLoaderIgnorePrefix, IgnoresOnlyThePrefix) {
   EXPECT_TRUE(loader->Finish().ok()) << loader->Finish();
 }
 
+// Start-up progress: increasing byte counts against a fixed checkpoint size; a single rank ends
+// having read the whole checkpoint.
+TEST(WeightLoaderProgress, ReportsIncreasingBytesRead) {
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  auto model = LoadModel(ModelDir("qwen3-tiny"), backend,
+                         ModelLoadOptions{.on_progress = [&](uint64_t loaded, uint64_t total) {
+                           calls.emplace_back(loaded, total);
+                         }});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_GT(calls.size(), 10u);
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GT(calls[i].first, calls[i - 1].first);
+    EXPECT_EQ(calls[i].second, calls[0].second);
+  }
+  EXPECT_EQ(calls.back().first, calls.back().second);  // one rank reads the whole checkpoint
+}
+
 }  // namespace
 }  // namespace xserv::model::testing
