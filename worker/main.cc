@@ -21,6 +21,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/grpc/server.h"
 #include "common/shutdown_signals.h"
 #include "common/status.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -323,16 +324,13 @@ int Run(const WorkerFlags& f) {
   identity.block_size = f.block_size;
   RendezvousStore store(f.replica_epoch);
   WorkerService service(nullptr, &store, identity);
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(f.host + ":" + std::to_string(f.port), grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    spdlog::error("cannot listen on {}:{}", f.host, f.port);
+  auto started = StartGrpcServer(f.host, f.port, {&service});
+  if (!started.ok()) {
+    spdlog::error("{}", started.status().ToString());
     return 1;
   }
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
+  const int bound_port = started->port;
   spdlog::info("xserv.worker.v1.Worker on {}:{} (starting)", f.host, bound_port);
   const auto fail = [&](int code) {
     store.Shutdown();

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/grpc/server.h"
 #include "common/shutdown_signals.h"
 #include "spdlog/spdlog.h"
 #include "tests/tools/fake_worker.h"
@@ -61,16 +62,13 @@ int Run(Flags& f) {
     return 2;
   }
   FakeWorkerService service(f.options);
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(f.host + ":" + std::to_string(f.port), grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    spdlog::error("cannot listen on {}:{}", f.host, f.port);
+  auto started = xserv::StartGrpcServer(f.host, f.port, {&service});
+  if (!started.ok()) {
+    spdlog::error("{}", started.status().ToString());
     return 1;
   }
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
+  const int bound_port = started->port;
   if (!f.port_file.empty()) {
     std::ofstream(f.port_file + ".tmp") << bound_port << "\n";
     std::filesystem::rename(f.port_file + ".tmp", f.port_file);

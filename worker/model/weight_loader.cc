@@ -140,19 +140,25 @@ kernels::Buffer WeightLoader::TakeTransposed(const std::string& name, int64_t ro
   return Upload(transposed, {rows, cols});
 }
 
+std::vector<uint8_t> WeightLoader::BytesOfType(const std::string& name,
+                                                safetensors::DType actual, kernels::DType wanted,
+                                                std::span<const std::byte> data) {
+  if (actual != wanted) {
+    problems_.push_back(absl::StrCat("tensor ", name, " is ",
+                                     std::string(safetensors::DTypeName(actual)), ", expected ",
+                                     std::string(safetensors::DTypeName(wanted))));
+    return {};
+  }
+  std::vector<uint8_t> bytes(data.size());
+  std::memcpy(bytes.data(), data.data(), bytes.size());
+  return bytes;
+}
+
 std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name, std::vector<int64_t> shape,
                                              kernels::DType dtype) {
   auto view = Lookup(name, shape);
   if (!view) return {};
-  if (view->dtype != dtype) {
-    problems_.push_back(absl::StrCat("tensor ", name, " is ",
-                                     std::string(safetensors::DTypeName(view->dtype)),
-                                     ", expected ", std::string(safetensors::DTypeName(dtype))));
-    return {};
-  }
-  std::vector<uint8_t> bytes(view->data.size());
-  std::memcpy(bytes.data(), view->data.data(), bytes.size());
-  return bytes;
+  return BytesOfType(name, view->dtype, dtype, view->data);
 }
 
 kernels::Buffer WeightLoader::Upload(const std::vector<float>& values, std::vector<int64_t> shape) {
@@ -236,15 +242,7 @@ std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name,
                                              kernels::DType dtype, const TensorSlice& slice) {
   auto sliced = LookupSlice(name, shape, slice);
   if (!sliced) return {};
-  if (sliced->dtype != dtype) {
-    problems_.push_back(absl::StrCat("tensor ", name, " is ",
-                                     std::string(safetensors::DTypeName(sliced->dtype)),
-                                     ", expected ", std::string(safetensors::DTypeName(dtype))));
-    return {};
-  }
-  std::vector<uint8_t> bytes(sliced->data.size());
-  std::memcpy(bytes.data(), sliced->data.data(), bytes.size());
-  return bytes;
+  return BytesOfType(name, sliced->dtype, dtype, sliced->data);
 }
 
 void WeightLoader::Ignore(const std::string& name) { used_.insert(name); }

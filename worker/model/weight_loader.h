@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,9 @@ class WeightLoader {
                                                 const std::vector<int64_t>& shape,
                                                 bool count = true);
   void Count(uint64_t bytes);
+  // A copy of `data` when `actual` is the `wanted` dtype; otherwise empty and a problem recorded.
+  std::vector<uint8_t> BytesOfType(const std::string& name, safetensors::DType actual,
+                                   kernels::DType wanted, std::span<const std::byte> data);
   // Like Lookup, but copies out only `slice` (its bytes counted, not the whole tensor's).
   struct SlicedBytes {
     safetensors::DType dtype;
