@@ -147,6 +147,10 @@ class Backend {
   // ---- logits ---------------------------------------------------------------------------------
   // Row-wise log-softmax of f32 [R, V]; out may alias x.
   virtual absl::Status LogSoftmax(const Tensor& x, const Tensor& out) = 0;
+  // ids[r] = the index of row r's largest value of f32 x [R, V]: ties go to the lowest index,
+  // NaN is skipped, an all-NaN row gives 0 (the host sampler's greedy rule). ids: i32 [R]. Lets
+  // greedy decoding copy R ids to the host instead of R x V logits.
+  virtual absl::Status ArgMax(const Tensor& x, const Tensor& ids) = 0;
 };
 
 }  // namespace xserv::kernels

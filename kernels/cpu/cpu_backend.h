@@ -62,6 +62,7 @@ class CpuBackend final : public Backend {
                        const Tensor& out) override;
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
+  absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
 
  private:
   ThreadPool pool_;

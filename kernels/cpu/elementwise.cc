@@ -152,4 +152,27 @@ absl::Status CpuBackend::LogSoftmax(const Tensor& x, const Tensor& out) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::ArgMax(const Tensor& x, const Tensor& ids) {
+  constexpr const char* kOp = "ArgMax";
+  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kF32));
+  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
+  if (x.rank != 2 || ids.rank != 1 || ids.dim(0) != x.dim(0) || !ids.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": x must be [R, V] and ids [R], got ",
+                                                   x.Describe(), " and ", ids.Describe()));
+  }
+  const Rows<float> in = AsRows<float>(x);
+  int32_t* out = ids.as<int32_t>();
+  for (int64_t r = 0; r < in.rows; ++r) {
+    const float* row = in.row(r);
+    int64_t best = -1;
+    for (int64_t i = 0; i < in.cols; ++i) {
+      if (std::isnan(row[i])) continue;
+      if (best < 0 || row[i] > row[best]) best = i;
+    }
+    out[r] = static_cast<int32_t>(best < 0 ? 0 : best);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace xserv::kernels::cpu

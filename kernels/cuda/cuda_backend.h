@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
                        const Tensor& out) override;
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
+  absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
 
  private:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}

@@ -32,6 +32,41 @@ __global__ void __launch_bounds__(kThreads) LogSoftmaxKernel(const RowsView x, c
   for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) o[c] = in[c] - log_z;
 }
 
+// ArgMax tile: one 256-thread CTA per row; each thread scans columns c = tid + k * 256 keeping the
+// first maximum it sees, then warps and the CTA reduce (value, index) pairs preferring the lower
+// index on ties, so the result is the row's first maximum whatever the thread count.
+__device__ __forceinline__ void Better(float& best, int64_t& best_i, float v, int64_t i) {
+  if (best_i < 0 || v > best || (v == best && i < best_i)) best = v, best_i = i;
+}
+
+__global__ void __launch_bounds__(kThreads) ArgMaxKernel(const RowsView x, int32_t* ids) {
+  __shared__ float s_best[kWarps];
+  __shared__ int64_t s_index[kWarps];
+  const int64_t r = blockIdx.x;
+  const float* in = RowPtr<const float>(x, r);
+  float best = 0.0f;
+  int64_t best_i = -1;  // -1: nothing (NaN only) seen yet
+  for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) {
+    const float v = in[c];
+    if (!isnan(v)) Better(best, best_i, v, c);
+  }
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, best, offset);
+    const int64_t i = __shfl_xor_sync(kFullMask, best_i, offset);
+    if (i >= 0) Better(best, best_i, v, i);
+  }
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  if (lane == 0) s_best[warp] = best, s_index[warp] = best_i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      if (s_index[w] >= 0) Better(best, best_i, s_best[w], s_index[w]);
+    }
+    ids[r] = static_cast<int32_t>(best_i < 0 ? 0 : best_i);
+  }
+}
+
 constexpr int kRouterWarpsPerCta = 4;
 constexpr int kMaxExpertsPerLane = kMaxRouterExperts / kWarpSize;
 
@@ -87,6 +122,12 @@ __global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
 cudaError_t LaunchLogSoftmax(const RowsView& x, const RowsView& out, cudaStream_t stream) {
   if (x.rows == 0 || x.cols == 0) return cudaSuccess;
   LogSoftmaxKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(x, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, cudaStream_t stream) {
+  if (x.rows == 0) return cudaSuccess;
+  ArgMaxKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(x, ids);
   return cudaGetLastError();
 }
 

@@ -15,6 +15,8 @@ inline constexpr int kMaxRouterExperts = 1024;
 
 // f32 rows: out = x - logsumexp(x). out may alias x.
 cudaError_t LaunchLogSoftmax(const RowsView& x, const RowsView& out, cudaStream_t stream);
+// ids[r] = arg-max of f32 row r (ties: lowest index; NaN skipped; all-NaN row: 0).
+cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, cudaStream_t stream);
 // logits f32 [T, E] rows; ids i32 [T, k] and weights f32 [T, k] contiguous. Ties pick the lower
 // expert id; weights are the softmax over the k selected logits.
 cudaError_t LaunchRouterTopK(const RowsView& logits, int k, int32_t* ids, float* weights,

@@ -77,11 +77,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                    clock));
   // Logits rows: one per sampled sequence normally; prompt logprobs need a row per prompt
   // position of their chunk, and grow the buffer then (rare; see RunStep).
+  const int64_t logits_rows =
+      std::min(config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs);
   ASSIGN_OR_RETURN(engine->logits_,
                    backend.Allocate(kernels::DType::kF32,
-                                    {std::min(config.scheduler.max_num_batched_tokens,
-                                              config.scheduler.max_num_seqs),
-                                     engine->model_->config().vocab_size}));
+                                    {logits_rows, engine->model_->config().vocab_size}));
+  ASSIGN_OR_RETURN(engine->greedy_ids_, backend.Allocate(kernels::DType::kI32, {logits_rows}));
   return engine;
 }
 
@@ -313,8 +314,27 @@ absl::StatusOr<bool> Engine::RunStep() {
   ASSIGN_OR_RETURN(const kernels::Tensor logits, runner_.Run(step));
   if (!plan.HasWork()) return !plan.finished.empty();
   const int64_t vocab = model_->config().vocab_size;
-  std::vector<float> host(static_cast<size_t>(rows * vocab));
-  if (rows > 0) RETURN_IF_ERROR(backend_.CopyToHost(logits, host.data()));
+  // When every row is plain greedy (see sampling::OnlyArgMax) the arg-max runs on the backend and
+  // only R ids cross to the host instead of R x V logits.
+  bool ids_only = rows > 0 && rows <= greedy_ids_.view().dim(0);
+  for (size_t i = 0; i < plan.seqs.size() && ids_only; ++i) {
+    const Live& l = *live_.at(plan.seqs[i].request_id);
+    const auto outputs = static_cast<int32_t>(scheduler_->OutputTokens(plan.seqs[i].request_id).size());
+    ids_only = step.chunks[i].logits != model::LogitsRows::kAll &&
+               sampling::OnlyArgMax(l.params.sampling,
+                                    /*bans_active=*/outputs < l.params.min_tokens && !l.banned.empty());
+  }
+  std::vector<float> host;
+  std::vector<int32_t> host_ids;
+  if (ids_only) {
+    const kernels::Tensor ids = greedy_ids_.view().SliceRows(0, rows);
+    RETURN_IF_ERROR(backend_.ArgMax(logits, ids));
+    host_ids.resize(static_cast<size_t>(rows));
+    RETURN_IF_ERROR(backend_.CopyToHost(ids, host_ids.data()));
+  } else if (rows > 0) {
+    host.resize(static_cast<size_t>(rows * vocab));
+    RETURN_IF_ERROR(backend_.CopyToHost(logits, host.data()));
+  }
 
   StepResult result{.step_id = plan.step_id};
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -334,14 +354,19 @@ absl::StatusOr<bool> Engine::RunStep() {
     if (!s.samples) continue;
     const int64_t row_index = all_rows ? first_row[i] + static_cast<int64_t>(s.token_ids.size()) - 1
                                        : first_row[i];
-    const std::span<const float> row(host.data() + row_index * vocab, vocab);
     const std::span<const int32_t> outputs = scheduler_->OutputTokens(s.request_id);
     sampling::SamplingContext ctx;
     ctx.prompt_tokens = l.params.prompt;
     ctx.output_tokens = outputs;
     ctx.seed = l.seed;
     if (static_cast<int32_t>(outputs.size()) < l.params.min_tokens) ctx.banned_tokens = l.banned;
-    const sampling::SampleResult sampled = sampling::Sample(row, l.params.sampling, ctx);
+    sampling::SampleResult sampled;
+    if (ids_only) {
+      sampled.token = host_ids[static_cast<size_t>(row_index)];
+    } else {
+      const std::span<const float> row(host.data() + row_index * vocab, vocab);
+      sampled = sampling::Sample(row, l.params.sampling, ctx);
+    }
     const int32_t token = sampled.token;
     const bool stop = Contains(l.params.stop_token_ids, token) ||
                       (!l.params.ignore_eos && Contains(config_.eos_token_ids, token));

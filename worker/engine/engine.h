@@ -119,7 +119,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   model::BatchBuilder builder_;
   const Clock* clock_;
-  kernels::Buffer logits_;  // f32 [max_tokens, vocab]
+  kernels::Buffer logits_;      // f32 [max_tokens, vocab]
+  kernels::Buffer greedy_ids_;  // i32 [logits rows]: on-backend arg-max of plain greedy steps
   DeviceStepRunner runner_;
 
   // Loop-thread state.

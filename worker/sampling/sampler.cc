@@ -96,6 +96,11 @@ PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, i
   return out;
 }
 
+bool OnlyArgMax(const SamplingParams& p, bool bans_active) {
+  return p.greedy() && !bans_active && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logprobs < 0;
+}
+
 SampleResult Sample(std::span<const float> raw, const SamplingParams& p,
                     const SamplingContext& ctx) {
   std::vector<float> logits(raw.begin(), raw.end());

@@ -51,6 +51,11 @@ struct SampleResult {
 SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
                     const SamplingContext& context);
 
+// True when Sample would return the plain arg-max of the raw logits and nothing else: greedy, no
+// logit bias, neutral penalties, no logprobs, and no banned tokens in force (`bans_active`). The
+// engine then lets the backend take the arg-max (Backend::ArgMax, the same tie rule).
+bool OnlyArgMax(const SamplingParams& params, bool bans_active);
+
 // Logprob information of `token` under the raw distribution `logits`, with the top `n`.
 PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t n);
 

@@ -209,6 +209,46 @@ TEST_P(ElementwiseOpTest, LogSoftmaxMatchesReferenceAndNormalises) {
   }
 }
 
+// The host sampler's greedy rule: first maximum (lowest index on ties), NaN skipped, all-NaN -> 0.
+int32_t ReferenceArgMax(const float* row, int64_t n) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(row[i])) continue;
+    if (best < 0 || row[i] > row[best]) best = i;
+  }
+  return static_cast<int32_t>(best < 0 ? 0 : best);
+}
+
+TEST_P(ElementwiseOpTest, ArgMaxIsTheFirstMaximumSkippingNaN) {
+  std::mt19937 rng(21);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {1, 7, 300, 151936}) {
+    const int64_t rows = 6;
+    std::vector<float> x = RandomFloats(rows * vocab, rng, -4.0f, 4.0f);
+    // Row 1: ties at the maximum far apart; row 2: NaN everywhere but one; row 3: all NaN;
+    // row 4: -inf everywhere (a fully masked row); row 5: +inf at the end.
+    float* r1 = &x[1 * vocab];
+    r1[vocab - 1] = 9.0f;
+    r1[vocab / 2] = 9.0f;
+    for (int64_t i = 0; i < vocab; ++i) x[2 * vocab + i] = nan;
+    x[2 * vocab + vocab / 3] = -1.0f;
+    for (int64_t i = 0; i < vocab; ++i) x[3 * vocab + i] = nan;
+    for (int64_t i = 0; i < vocab; ++i) x[4 * vocab + i] = -inf;
+    x[5 * vocab + vocab - 1] = inf;
+    Tensor tx = UploadF32(x, {rows, vocab});
+    Tensor ids = UploadI32(std::vector<int32_t>(rows, -7), {rows});
+    ASSERT_TRUE(backend().ArgMax(tx, ids).ok()) << vocab;
+    const std::vector<int32_t> got = DownloadI32(ids);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[r], ReferenceArgMax(&x[r * vocab], vocab)) << "vocab " << vocab << " row " << r;
+    }
+  }
+  Tensor bad = UploadI32(std::vector<int32_t>(2, 0), {2});
+  EXPECT_EQ(backend().ArgMax(UploadF32(std::vector<float>(3, 0.0f), {3, 1}), bad).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(ElementwiseOpTest, LogSoftmaxHandlesMaskedAndEqualLogits) {
   const float inf = std::numeric_limits<float>::infinity();
   // Row 0: masked (-inf) entries get -inf and do not disturb the rest; row 1: all equal.

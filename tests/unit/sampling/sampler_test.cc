@@ -33,6 +33,27 @@ TEST(Sampler, GreedyTakesLowestIdOnTiesAndSkipsNaN) {
   EXPECT_EQ(Sample(all_nan, Greedy(), Ctx()).token, 0);
 }
 
+// OnlyArgMax says exactly when Sample is the raw arg-max: whenever it holds, Sample agrees with
+// the arg-max (the engine's device shortcut); every processing option turns it off.
+TEST(Sampler, OnlyArgMaxHoldsExactlyForPlainGreedy) {
+  EXPECT_TRUE(OnlyArgMax(Greedy(), /*bans_active=*/false));
+  SamplingParams top1;
+  top1.top_k = 1;  // greedy through top-k
+  EXPECT_TRUE(OnlyArgMax(top1, false));
+  EXPECT_FALSE(OnlyArgMax(Greedy(), /*bans_active=*/true));
+  EXPECT_FALSE(OnlyArgMax(SamplingParams{}, false));  // temperature 1
+  std::vector<SamplingParams> variants(5, Greedy());
+  variants[0].logit_bias = {{1, 1.0f}};
+  variants[1].repetition_penalty = 1.1f;
+  variants[2].presence_penalty = 0.5f;
+  variants[3].frequency_penalty = -0.5f;
+  variants[4].logprobs = 0;
+  for (const SamplingParams& v : variants) EXPECT_FALSE(OnlyArgMax(v, false));
+  const std::vector<float> logits = {1.0f, 3.0f, NAN, 3.0f, -1.0f};
+  const std::vector<int32_t> history = {1, 3, 3};
+  EXPECT_EQ(Sample(logits, top1, Ctx(7, history)).token, 1);  // history ignored: no penalties
+}
+
 TEST(Sampler, LogitBiasAndBannedTokensChangeTheArgmax) {
   std::vector<float> logits = {0.0f, 5.0f, 4.0f};
   SamplingParams p = Greedy();
