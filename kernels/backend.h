@@ -151,6 +151,8 @@ class Backend {
   // NaN is skipped, an all-NaN row gives 0 (the host sampler's greedy rule). ids: i32 [R]. Lets
   // greedy decoding copy R ids to the host instead of R x V logits.
   virtual absl::Status ArgMax(const Tensor& x, const Tensor& ids) = 0;
+  // Every element of contiguous `t` set to zero (any dtype).
+  virtual absl::Status Zero(const Tensor& t) = 0;
 };
 
 }  // namespace xserv::kernels

@@ -47,6 +47,12 @@ absl::Status CpuBackend::CopyToHost(const Tensor& src, void* dst) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::Zero(const Tensor& t) {
+  RETURN_IF_ERROR(ExpectContiguous("Zero", "t", t));
+  if (t.numel() > 0) std::memset(t.data, 0, t.nbytes());
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Convert(const Tensor& src, const Tensor& dst) {
   constexpr const char* kOp = "Convert";
   RETURN_IF_ERROR(ExpectSameShape(kOp, src, dst));

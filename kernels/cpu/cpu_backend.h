@@ -63,6 +63,7 @@ class CpuBackend final : public Backend {
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
+  absl::Status Zero(const Tensor& t) override;
 
  private:
   ThreadPool pool_;

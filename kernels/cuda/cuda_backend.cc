@@ -95,6 +95,13 @@ absl::Status CudaBackend::CopyToHost(const Tensor& src, void* dst) {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::Zero(const Tensor& t) {
+  RETURN_IF_ERROR(ExpectCuda("Zero", "t", t));
+  RETURN_IF_ERROR(ExpectContiguous("Zero", "t", t));
+  if (t.numel() > 0) RETURN_IF_CUDA_ERROR(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_));
+  return Launched("Zero", cudaSuccess);
+}
+
 absl::Status CudaBackend::Convert(const Tensor& src, const Tensor& dst) {
   constexpr const char* kOp = "Convert";
   RETURN_IF_ERROR(ExpectCuda(kOp, "src", src));

@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
+  absl::Status Zero(const Tensor& t) override;
 
  private:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}

@@ -140,8 +140,11 @@ class Gpt2Model final : public Model {
     }
     if (!pp_.last()) return b.Convert(residual, *hidden);
     RETURN_IF_ERROR(b.LayerNorm(residual, ln_f_weight_.view(), ln_f_bias_.view(), eps, normed));
-    // Known gap: the tied lm_head is replicated (full logits on every rank), not vocab-parallel.
-    return RunLmHead(b, normed, wte_.view(), in, ws_, logits);
+    // The tied head: this rank's rows of wte under TP when the vocabulary splits evenly (GPT-2's
+    // 50,257 is odd, so with tp = 2, 4 or 8 every rank uses the whole table).
+    const VocabShard shard = VocabShard::Of(config(), tp_);
+    return RunLmHead(b, normed, wte_.view().SliceRows(shard.begin, shard.end), shard, tp_.comm, in,
+                     ws_, logits);
   }
 
  private:

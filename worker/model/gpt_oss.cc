@@ -123,7 +123,7 @@ class GptOssModel final : public Model {
       loader.Ignore("model.embed_tokens.weight");
     }
     if (pp_.last()) {
-      lm_head_ = loader.Take("lm_head.weight", {c.vocab_size, h});
+      lm_head_ = TakeLmHead(loader, tp_, VocabShard::Of(c, tp_), "lm_head.weight", c);
       final_norm_ = loader.Take("model.norm.weight", {h});
     } else {
       loader.Ignore("lm_head.weight");
@@ -199,8 +199,8 @@ class GptOssModel final : public Model {
     // The last experts' output is still pending: the next stage gets residual + block_out.
     if (!pp_.last()) return b.Add(residual, block_out, *hidden);
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
-    // Known gap: lm_head is replicated (every rank computes the full logits), not vocab-parallel.
-    return RunLmHead(b, normed, lm_head_.view(), in, ws_, logits);
+    return RunLmHead(b, normed, lm_head_.view(), VocabShard::Of(config(), tp_), tp_.comm, in, ws_,
+                     logits);
   }
 
  private:

@@ -191,11 +191,31 @@ absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tenso
   return backend.Matmul(gate, w.down.view(), nullptr, ws.block_out.view().SliceRows(0, tokens));
 }
 
+VocabShard VocabShard::Of(const ModelConfig& config, const TpShard& tp) {
+  const int64_t vocab = config.vocab_size;
+  if (!tp.sharded() || vocab % tp.size != 0) return VocabShard{0, vocab};
+  return VocabShard{tp.rank * vocab / tp.size, (tp.rank + 1) * vocab / tp.size};
+}
+
+Buffer TakeLmHead(WeightLoader& loader, const TpShard& tp, const VocabShard& shard,
+                  const std::string& name, const ModelConfig& config) {
+  const std::vector<int64_t> shape = {config.vocab_size, config.hidden_size};
+  if (shard.Covers(config.vocab_size)) return loader.Take(name, shape);
+  return TakeShard(loader, tp, name, shape, TpShard::Blocks(0, shard.begin, shard.end, 1));
+}
+
 absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tensor& lm_head,
+                       const VocabShard& shard, parallel::Communicator* comm,
                        const ForwardInputs& in, Workspace& ws, const Tensor& logits) {
   const Tensor gathered = ws.gathered.view().SliceRows(0, in.logits_indices.dim(0));
   RETURN_IF_ERROR(backend.GatherRows(final_normed, in.logits_indices, gathered));
-  return backend.Matmul(gathered, lm_head, nullptr, logits);
+  if (shard.Covers(logits.dim(1))) return backend.Matmul(gathered, lm_head, nullptr, logits);
+  // Zero, write this rank's columns, sum: an all-reduce of the whole rows (twice an all-gather's
+  // traffic) that needs no transposing copy afterwards.
+  RETURN_IF_ERROR(backend.Zero(logits));
+  RETURN_IF_ERROR(
+      backend.Matmul(gathered, lm_head, nullptr, logits.SliceLast(shard.begin, shard.end)));
+  return AllReduceSum(comm, backend, logits);
 }
 
 }  // namespace xserv::model

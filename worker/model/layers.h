@@ -90,8 +90,23 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& config, const Att
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
                          Workspace& ws, int64_t tokens);
 
-// Final norm output rows -> logits through lm_head [V, H].
+// Vocab-parallel lm_head: with tensor parallelism and a vocabulary that splits evenly, each rank
+// holds vocab rows [begin, end) of the lm_head and computes those logit columns; the full rows
+// are then summed across ranks (every other column zero), so each rank still ends with the whole
+// logits. Otherwise (one rank, uneven vocabulary) the lm_head is whole: begin 0, end V.
+struct VocabShard {
+  int64_t begin = 0, end = 0;
+  static VocabShard Of(const ModelConfig& config, const TpShard& tp);
+  bool Covers(int64_t vocab) const { return begin == 0 && end == vocab; }
+};
+// The lm_head rows of `shard` from the checkpoint tensor `name` [V, H].
+Buffer TakeLmHead(WeightLoader& loader, const TpShard& tp, const VocabShard& shard,
+                  const std::string& name, const ModelConfig& config);
+
+// Final norm output rows -> logits [L, V] through `lm_head`, this rank's rows [shard) of [V, H]
+// (all of them when the shard covers the vocabulary; else summed across `comm`).
 absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tensor& lm_head,
+                       const VocabShard& shard, parallel::Communicator* comm,
                        const ForwardInputs& in, Workspace& ws, const Tensor& logits);
 
 }  // namespace xserv::model

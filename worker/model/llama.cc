@@ -40,7 +40,7 @@ class LlamaModel final : public Model {
     if (c.tie_word_embeddings || !is_last_stage()) {
       loader.Ignore("lm_head.weight");  // tied exporters may write the copy anyway
     } else {
-      lm_head_ = loader.Take("lm_head.weight", {c.vocab_size, c.hidden_size});
+      lm_head_ = TakeLmHead(loader, tp_, VocabShard::Of(c, tp_), "lm_head.weight", c);
     }
     if (is_last_stage()) {
       final_norm_ = loader.Take("model.norm.weight", {c.hidden_size});
@@ -106,9 +106,11 @@ class LlamaModel final : public Model {
     if (!is_last_stage()) return b.Add(residual, block_out, *hidden);
     RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
     Observe(-1, "final_norm", normed);
-    // Known gap: lm_head is replicated (every rank computes the full logits), not vocab-parallel.
-    const Tensor& lm_head = c.tie_word_embeddings ? embed_.view() : lm_head_.view();
-    return RunLmHead(b, normed, lm_head, in, ws_, logits);
+    // Vocab-parallel under TP (layers.h VocabShard); a tied head is a row slice of the table.
+    const VocabShard shard = VocabShard::Of(c, tp_);
+    const Tensor lm_head =
+        c.tie_word_embeddings ? embed_.view().SliceRows(shard.begin, shard.end) : lm_head_.view();
+    return RunLmHead(b, normed, lm_head, shard, tp_.comm, in, ws_, logits);
   }
 
  private:
@@ -122,7 +124,7 @@ class LlamaModel final : public Model {
   PpStage pp_;
   Backend* backend_ = nullptr;
   Buffer embed_;       // [V, H]; first stage, and last when tied
-  Buffer lm_head_;     // [V, H]; last stage, empty when tied
+  Buffer lm_head_;     // [V / tp, H] (VocabShard); last stage, empty when tied
   Buffer final_norm_;  // [H]; last stage
   Buffer rope_;        // f32 [max_positions, head_dim]
   std::vector<Layer> layers_;

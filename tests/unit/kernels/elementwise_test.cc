@@ -249,6 +249,23 @@ TEST_P(ElementwiseOpTest, ArgMaxIsTheFirstMaximumSkippingNaN) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_P(ElementwiseOpTest, ZeroClearsEveryElement) {
+  std::mt19937 rng(22);
+  Tensor t = UploadF32(RandomFloats(3 * 257, rng), {3, 257});
+  ASSERT_TRUE(backend().Zero(t).ok());
+  for (float v : Download(t)) ASSERT_EQ(v, 0.0f);
+  std::vector<float> values = RandomFloats(4 * 64, rng, 0.5f, 1.0f);  // no zero to start with
+  Tensor rows = Upload(values, {4, 64});  // the compute dtype
+  ASSERT_TRUE(backend().Zero(rows.SliceRows(1, 3)).ok());
+  const std::vector<float> got = Download(rows);
+  for (int64_t i = 0; i < 4 * 64; ++i) {
+    const bool cleared = i >= 64 && i < 3 * 64;
+    if (cleared) ASSERT_EQ(got[i], 0.0f) << i;
+    if (!cleared) ASSERT_NE(got[i], 0.0f) << i;
+  }
+  EXPECT_FALSE(backend().Zero(t.SliceLast(0, 5)).ok());  // strided
+}
+
 TEST_P(ElementwiseOpTest, LogSoftmaxHandlesMaskedAndEqualLogits) {
   const float inf = std::numeric_limits<float>::infinity();
   // Row 0: masked (-inf) entries get -inf and do not disturb the rest; row 1: all equal.
