@@ -3,11 +3,13 @@
 // (rendezvous through the leader's Rendezvous RPC) and the router. Greedy tokens must equal a
 // single rank's and logprobs agree within fp32 tolerance (different summation order only), for
 // Qwen3 and gpt-oss with 5 layers (so PP=3 splits unevenly, 2+2+1). kill -9 of a peer rank takes
-// the replica down and the supervisor brings it back (recovery time recorded).
+// the replica down (an in-flight request gets a clean error) and the supervisor brings it back
+// (recovery time recorded); SIGTERM drains an in-flight request across the ranks.
 #include <signal.h>
 
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -142,8 +144,19 @@ TEST(Parallel, PeerKillRestartsTheReplica) {
   const std::vector<pid_t> workers = ChildrenNamed(stack.supervisor().pid(), "xserv-worker");
   ASSERT_EQ(workers.size(), 2u);
   const pid_t peer = std::max(workers[0], workers[1]);  // started second: rank 1
+  // A long generation in flight when the peer dies ends with a clean error, not a hang.
+  const int port = stack.supervisor().port();
+  auto in_flight = std::async(std::launch::async, [port] {
+    return Post(port, "/v1/completions",
+                json{{"prompt", {1, 2, 3}}, {"max_tokens", 3000}, {"temperature", 0},
+                     {"ignore_eos", true}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto killed_at = Clock::now();
   kill(peer, SIGKILL);
+  const HttpResult broken = in_flight.get();
+  EXPECT_NE(broken.status, 200) << broken.body;
+  EXPECT_TRUE(broken.Json().contains("error")) << broken.body;
   double recovery_s = -1;
   while (Clock::now() - killed_at < std::chrono::seconds(90)) {
     HttpResult r = Post(stack.supervisor().port(), "/v1/completions",
@@ -159,8 +172,19 @@ TEST(Parallel, PeerKillRestartsTheReplica) {
   std::cout << "tp=2 peer kill -9 -> serving again after " << recovery_s << " s\n";
   RecordProperty("tp_peer_recovery_seconds", std::to_string(recovery_s));
   EXPECT_EQ(ChildrenNamed(stack.supervisor().pid(), "xserv-worker").size(), 2u);
+
+  // SIGTERM with a request in flight: the leader drains it to the end, then stops its peer.
+  auto draining = std::async(std::launch::async, [port] {
+    return Post(port, "/v1/completions",
+                json{{"prompt", {4, 5, 6}}, {"max_tokens", 200}, {"temperature", 0},
+                     {"ignore_eos", true}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
       << stack.supervisor().Log();
+  const HttpResult drained = draining.get();
+  ASSERT_EQ(drained.status, 200) << drained.body;
+  EXPECT_EQ(drained.Json()["usage"]["completion_tokens"], 200);
 }
 
 }  // namespace
