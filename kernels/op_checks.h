@@ -66,4 +66,17 @@ inline absl::Status ExpectSameShape(const char* op, const Tensor& a, const Tenso
   return OpError(op, absl::StrCat("shape mismatch: ", a.Describe(), " vs ", b.Describe()));
 }
 
+// ArgMax's operands on any backend: f32 rows x [R, V] and contiguous i32 ids [R].
+inline absl::Status ExpectArgMaxOperands(const Tensor& x, const Tensor& ids) {
+  constexpr const char* kOp = "ArgMax";
+  if (absl::Status s = ExpectDType(kOp, "x", x, DType::kF32); !s.ok()) return s;
+  if (absl::Status s = ExpectDType(kOp, "ids", ids, DType::kI32); !s.ok()) return s;
+  if (absl::Status s = ExpectRowMajor(kOp, "x", x); !s.ok()) return s;
+  if (x.rank != 2 || ids.rank != 1 || ids.dim(0) != x.dim(0) || !ids.is_contiguous()) {
+    return OpError(kOp, absl::StrCat("x must be [R, V] and ids [R], got ", x.Describe(), " and ",
+                                     ids.Describe()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace xserv::kernels

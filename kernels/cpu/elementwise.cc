@@ -153,14 +153,7 @@ absl::Status CpuBackend::LogSoftmax(const Tensor& x, const Tensor& out) {
 }
 
 absl::Status CpuBackend::ArgMax(const Tensor& x, const Tensor& ids) {
-  constexpr const char* kOp = "ArgMax";
-  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kF32));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
-  if (x.rank != 2 || ids.rank != 1 || ids.dim(0) != x.dim(0) || !ids.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": x must be [R, V] and ids [R], got ",
-                                                   x.Describe(), " and ", ids.Describe()));
-  }
+  RETURN_IF_ERROR(ExpectArgMaxOperands(x, ids));
   const Rows<float> in = AsRows<float>(x);
   int32_t* out = ids.as<int32_t>();
   for (int64_t r = 0; r < in.rows; ++r) {

@@ -103,13 +103,7 @@ absl::Status CudaBackend::ArgMax(const Tensor& x, const Tensor& ids) {
   constexpr const char* kOp = "ArgMax";
   RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
   RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kF32));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
-  if (x.rank != 2 || ids.rank != 1 || ids.dim(0) != x.dim(0) || !ids.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": x must be [R, V] and ids [R], got ",
-                                                   x.Describe(), " and ", ids.Describe()));
-  }
+  RETURN_IF_ERROR(ExpectArgMaxOperands(x, ids));
   RETURN_IF_ERROR(ExpectIntRange(kOp, "rows", AsRows(x).rows));
   return Launched(kOp, LaunchArgMax(AsRows(x), ids.as<int32_t>(), stream_));
 }
