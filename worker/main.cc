@@ -130,6 +130,9 @@ absl::Status CheckLayout(const WorkerFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat("--pp-rank ", f.pp_rank, " is outside [0, ",
                                                    f.pp_size, ")"));
   }
+  if (f.comm_timeout_s < 5) {  // the idle leader's heartbeat comes every second
+    return absl::InvalidArgumentError("--comm-timeout-s must be at least 5");
+  }
   if (!IsLeader(f) && f.leader_address.empty()) {  // the leader itself never needs it
     return absl::InvalidArgumentError(
         "a peer rank needs --leader-address (the leader is TP rank 0 of the last stage)");
@@ -255,10 +258,14 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
                    .max_seqs = ec.scheduler.max_num_seqs,
                    .max_blocks_per_seq = (ec.scheduler.max_model_len + block_size - 1) / block_size,
                    .block_size = block_size});
-  auto logits = backend.Allocate(
-      kernels::DType::kF32,
-      {std::min(ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs),
-       model.config().vocab_size});
+  // Only the last stage produces logits; other stages keep a placeholder.
+  const int64_t logits_rows =
+      model.is_last_stage()
+          ? std::min(ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs)
+          : 1;
+  auto logits = backend.Allocate(kernels::DType::kF32,
+                                 {logits_rows, model.is_last_stage() ? model.config().vocab_size
+                                                                     : int64_t{1}});
   if (!builder.ok() || !logits.ok()) {
     spdlog::error("peer buffers: {}",
                   (builder.ok() ? logits.status() : builder.status()).ToString());

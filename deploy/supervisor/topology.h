@@ -24,7 +24,8 @@ struct Topology {
   std::vector<std::string> worker_args;  // passed through to every worker
   std::vector<std::string> router_args;  // passed through to the router
   bool start_router = true;            // false: workers only (compose "workers" service)
-  double grace_period_s = 30;          // SIGTERM drain budget
+  double grace_period_s = 35;          // SIGTERM drain budget: the workers' 30 s drain plus the
+                                       // leader's stop of its peers and server shutdown
 
   int ranks_per_replica() const { return tp * pp; }
   int WorkerPort(int replica, int rank) const {

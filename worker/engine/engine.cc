@@ -275,6 +275,7 @@ void Engine::DeliverFinished(const FinishedRequest& finished) {
 
 absl::Status Engine::Publish(const DeviceStep& step) {
   if (config_.step_comm == nullptr) return absl::OkStatus();
+  last_publish_ = std::chrono::steady_clock::now();
   std::string bytes = SerializeDeviceStep(step);
   return parallel::BroadcastString(*config_.step_comm, bytes, config_.step_root);
 }
@@ -438,6 +439,16 @@ void Engine::Loop() {
         wake_.wait(lock, ready);
       }
       if (stop_) break;
+    }
+    // Steps that run nothing publish nothing; while they repeat (requests waiting on blocks),
+    // the peers still need a sign of life before their collective times out.
+    if (config_.step_comm != nullptr && !progressed &&
+        std::chrono::steady_clock::now() - last_publish_ >= config_.idle_heartbeat) {
+      if (const absl::Status sent = Publish(DeviceStep{.kind = DeviceStep::Kind::kIdle});
+          !sent.ok()) {
+        FailAll(sent);
+        return;
+      }
     }
     DrainInbox();
     const auto start = std::chrono::steady_clock::now();

@@ -122,6 +122,7 @@ class Engine {
   kernels::Buffer logits_;      // f32 [max_tokens, vocab]
   kernels::Buffer greedy_ids_;  // i32 [logits rows]: on-backend arg-max of plain greedy steps
   DeviceStepRunner runner_;
+  std::chrono::steady_clock::time_point last_publish_{};  // loop thread: the last step sent
 
   // Loop-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
