@@ -41,15 +41,8 @@ std::vector<int> PromptTokenCounts(const std::string& out) {
 TEST(ChatCli, MultiTurnCommandsAndErrors) {
   const std::string model = MakeTinyModel("qwen3", "qwen3");
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
-  std::mt19937 rng(std::random_device{}());
   ChildProcess supervisor;
-  ASSERT_TRUE(supervisor.StartServer(
-      "xserv-supervisor",
-      {"--model", model, "--worker-base-port", std::to_string(20000 + rng() % 20000),
-       "--worker-arg=--kv-cache-memory", "--worker-arg=0.0625", "--worker-arg=--swap-space-gb",
-       "--worker-arg=0"},
-      std::chrono::seconds(90)))
-      << supervisor.Log();
+  ASSERT_TRUE(StartSmallStack(supervisor, model)) << supervisor.Log();
   const std::string chat = BinaryPath("xserv-chat") + " --url http://127.0.0.1:" +
                            std::to_string(supervisor.port()) +
                            " --max-tokens 6 --temperature 0 --log-level warn";

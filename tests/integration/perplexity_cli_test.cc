@@ -35,15 +35,8 @@ TEST(PerplexityCli, EqualsTheInProcessScorer) {
   if (model.empty() || !std::filesystem::exists(text_file)) {
     GTEST_SKIP() << "assets not fetched (scripts/fetch-assets.sh)";
   }
-  std::mt19937 rng(std::random_device{}());
   ChildProcess supervisor;
-  ASSERT_TRUE(supervisor.StartServer(
-      "xserv-supervisor",
-      {"--model", model, "--worker-base-port", std::to_string(20000 + rng() % 20000),
-       "--worker-arg=--kv-cache-memory", "--worker-arg=0.0625", "--worker-arg=--swap-space-gb",
-       "--worker-arg=0"},
-      std::chrono::seconds(90)))
-      << supervisor.Log();
+  ASSERT_TRUE(StartSmallStack(supervisor, model)) << supervisor.Log();
   const int port = supervisor.port();
   constexpr int64_t kTokens = 300, kLength = 64, kStride = 24;
   int code = -1;

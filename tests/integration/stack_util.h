@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,6 +50,19 @@ inline std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
     if (ppid == parent && name.rfind(comm, 0) == 0 && state != 'Z') out.push_back(std::stoi(pid));
   }
   return out;
+}
+
+// Starts xserv-supervisor serving `model` on the CPU with one small worker (64 MiB of KV, no swap)
+// and `extra` flags; the router's HTTP port is supervisor.port() afterwards.
+inline bool StartSmallStack(ChildProcess& supervisor, const std::string& model,
+                            std::vector<std::string> extra = {}) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::string> args = {"--model", model, "--worker-base-port",
+                                   std::to_string(20000 + rng() % 20000),
+                                   "--worker-arg=--kv-cache-memory", "--worker-arg=0.0625",
+                                   "--worker-arg=--swap-space-gb", "--worker-arg=0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return supervisor.StartServer("xserv-supervisor", args, std::chrono::seconds(90));
 }
 
 }  // namespace xserv::testing

@@ -39,15 +39,8 @@ int ReadPort(const std::string& file) {
 TEST(Supervisor, ServesHealsAndDrains) {
   const std::string model = MakeTinyModel("qwen3", "qwen3");
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
-  std::mt19937 rng(std::random_device{}());
-  const int worker_port = 20000 + static_cast<int>(rng() % 20000);
   ChildProcess supervisor;
-  ASSERT_TRUE(supervisor.StartServer(
-      "xserv-supervisor",
-      {"--model", model, "--worker-base-port", std::to_string(worker_port), "--grace-period-s",
-       "20", "--worker-arg=--kv-cache-memory", "--worker-arg=0.25", "--worker-arg=--swap-space-gb",
-       "--worker-arg=0"}, std::chrono::seconds(90)))
-      << supervisor.Log();
+  ASSERT_TRUE(StartSmallStack(supervisor, model, {"--grace-period-s", "20"})) << supervisor.Log();
   // StartServer appended "--port 0 --port-file F": the router writes its port there.
   int port = supervisor.port();
   ASSERT_EQ(Post(port, "/v1/chat/completions", Chat(8)).status, 200) << supervisor.Log();
