@@ -110,7 +110,8 @@ absl::StatusOr<HttpResponse> PostJsonStreaming(
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof(chunk);
     stream.expires_after(timeout);  // the timeout bounds silence, not the whole stream
-    http::read(stream, buffer, parser, ec);
+    // read_some: hand over what has arrived (an SSE event) instead of waiting for a full chunk.
+    http::read_some(stream, buffer, parser, ec);
     if (ec && ec != http::error::need_buffer) return ReadError(endpoint, path, ec, timeout);
     const size_t got = sizeof(chunk) - parser.get().body().size;
     const int status = static_cast<int>(parser.get().result_int());
