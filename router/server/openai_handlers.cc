@@ -1,6 +1,7 @@
 #include "router/server/openai_handlers.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "router/openai/prepare.h"
@@ -26,6 +27,18 @@ asio::awaitable<void> SendError(HttpResponder& res, const ApiError& e) {
   http::HttpHeaders extra;
   if (e.http_status == 429) extra.emplace_back("Retry-After", "1");
   co_await SendJson(res, e.http_status, e.ToJson(), std::move(extra));
+}
+
+// The request body as JSON, or nullopt after answering the client with the parse error.
+asio::awaitable<std::optional<Json>> ReadJsonBody(const HttpRequest& http_req,
+                                                  HttpResponder& res) {
+  auto body = ParseJsonBody(http_req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
+    co_return std::nullopt;
+  }
+  co_return std::move(std::get<Json>(body));
 }
 
 ApiError Unauthorized() {
@@ -113,13 +126,9 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
 
 asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& http_req,
                                        HttpResponder& res, GenerationRequest::Kind kind) {
-  auto body = ParseJsonBody(http_req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) {
-    const ApiError error = *e;
-    co_await SendError(res, error);
-    co_return;
-  }
-  const Json& json = std::get<Json>(body);
+  const std::optional<Json> body = co_await ReadJsonBody(http_req, res);
+  if (!body) co_return;
+  const Json& json = *body;
   auto parsed = kind == GenerationRequest::Kind::kChat ? ParseChatRequest(json)
                                                        : ParseCompletionRequest(json);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
@@ -221,13 +230,9 @@ asio::awaitable<void> HandleModels(RouterState& state, HttpResponder& res) {
 
 asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http_req,
                                      HttpResponder& res) {
-  auto body = ParseJsonBody(http_req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) {
-    const ApiError error = *e;
-    co_await SendError(res, error);
-    co_return;
-  }
-  const Json& json = std::get<Json>(body);
+  const std::optional<Json> body = co_await ReadJsonBody(http_req, res);
+  if (!body) co_return;
+  const Json& json = *body;
   const ModelContext& model = *state.model;
   std::vector<uint32_t> ids;
   if (json.contains("messages")) {
@@ -259,13 +264,9 @@ asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http
 
 asio::awaitable<void> HandleDetokenize(RouterState& state, const HttpRequest& http_req,
                                        HttpResponder& res) {
-  auto body = ParseJsonBody(http_req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) {
-    const ApiError error = *e;
-    co_await SendError(res, error);
-    co_return;
-  }
-  const Json& json = std::get<Json>(body);
+  const std::optional<Json> body = co_await ReadJsonBody(http_req, res);
+  if (!body) co_return;
+  const Json& json = *body;
   if (!json.contains("tokens") || !json.at("tokens").is_array()) {
     const ApiError error = ApiError::Invalid("'tokens' (a list) is required", "tokens");
     co_await SendError(res, error);

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/http_client.h"
 #include "tests/integration/process.h"
+#include "tests/integration/stack_util.h"
 #include "tests/integration/worker_client.h"
 #include "xserv/v1/generation.grpc.pb.h"
 
@@ -22,19 +23,6 @@ namespace {
 
 using nlohmann::json;
 namespace v1 = xserv::v1;
-
-std::string MakeModel() {
-  static std::string dir;  // one model for the whole test binary
-  if (!dir.empty()) return dir;
-  const std::string tokenizer = SourcePath(".assets/tokenizers/qwen3");
-  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) return "";
-  dir = MakeTempDir() + "/qwen3-tiny";
-  const std::string cmd = BinaryPath("xserv-make-model") +
-                          " --arch qwen3 --preset tiny --seed 7 --tokenizer " + tokenizer +
-                          " --out " + dir + " --log-level warn";
-  if (std::system(cmd.c_str()) != 0) dir.clear();
-  return dir;
-}
 
 // A router with its gRPC port on a free port; returns that port (0 on failure).
 int StartRouter(ChildProcess& router, const std::string& model, const std::string& worker,
@@ -108,7 +96,7 @@ v1::GenerateRequest Greedy(const std::string& text, uint32_t max_tokens) {
 class RouterGrpcTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = MakeModel();
+    model_ = SharedQwen3TinyModel();
     if (model_.empty()) return;
     worker_ = new ChildProcess();
     ASSERT_TRUE(worker_->StartServer(
@@ -347,7 +335,7 @@ TEST_F(RouterGrpcTest, TokenizeModelInfoHealth) {
 }
 
 TEST(RouterGrpcAdmission, ApiKeyIsEnforcedAndOverloadIsResourceExhausted) {
-  const std::string model = MakeModel();
+  const std::string model = SharedQwen3TinyModel();
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched";
   ChildProcess worker, router;
   ASSERT_TRUE(worker.StartServer(
@@ -399,7 +387,7 @@ TEST(RouterGrpcAdmission, ApiKeyIsEnforcedAndOverloadIsResourceExhausted) {
 }
 
 TEST(RouterGrpcFailure, WorkerDeathMidStreamEndsTheStreamWithAnError) {
-  const std::string model = MakeModel();
+  const std::string model = SharedQwen3TinyModel();
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched";
   ChildProcess worker, router;
   ASSERT_TRUE(worker.StartServer(

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/http_client.h"
 #include "tests/integration/process.h"
+#include "tests/integration/stack_util.h"
 #include "tests/integration/worker_client.h"
 
 namespace xserv::testing {
@@ -19,23 +20,10 @@ namespace {
 
 using nlohmann::json;
 
-std::string MakeModel() {
-  static std::string dir;  // one model for the whole test binary
-  if (!dir.empty()) return dir;
-  const std::string tokenizer = SourcePath(".assets/tokenizers/qwen3");
-  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) return "";
-  dir = MakeTempDir() + "/qwen3-tiny";
-  const std::string cmd = BinaryPath("xserv-make-model") +
-                          " --arch qwen3 --preset tiny --seed 7 --tokenizer " + tokenizer +
-                          " --out " + dir + " --log-level warn";
-  if (std::system(cmd.c_str()) != 0) dir.clear();
-  return dir;
-}
-
 class RouterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = MakeModel();
+    model_ = SharedQwen3TinyModel();
     if (model_.empty()) return;
     worker_ = new ChildProcess();
     ASSERT_TRUE(worker_->StartServer("xserv-worker", {"--model", model_, "--kv-cache-memory",
@@ -276,7 +264,7 @@ TEST_F(RouterTest, HealthReadyModelsMetrics) {
 }
 
 TEST(RouterAdmission, OverloadGets429AndApiKeyIsEnforced) {
-  const std::string model = MakeModel();
+  const std::string model = SharedQwen3TinyModel();
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched";
   ChildProcess worker, router;
   ASSERT_TRUE(worker.StartServer("xserv-worker", {"--model", model, "--kv-cache-memory", "0.25",

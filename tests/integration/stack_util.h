@@ -31,6 +31,12 @@ inline std::string MakeTinyModel(const std::string& arch, const std::string& tok
   return std::system(cmd.c_str()) == 0 ? dir : "";
 }
 
+// MakeTinyModel made once per test binary: the Qwen3 tiny model (seed 7) the router tests share.
+inline const std::string& SharedQwen3TinyModel() {
+  static const std::string dir = MakeTinyModel("qwen3", "qwen3", /*seed=*/7);
+  return dir;
+}
+
 // Live children of `parent` whose command name is `name` (from /proc).
 inline std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
   std::vector<pid_t> out;
