@@ -15,10 +15,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/sampling.h"
 #include "kernels/tensor.h"
 
 namespace xserv::kernels {
@@ -151,6 +153,13 @@ class Backend {
   // NaN is skipped, an all-NaN row gives 0 (the host sampler's greedy rule). ids: i32 [R]. Lets
   // greedy decoding copy R ids to the host instead of R x V logits.
   virtual absl::Status ArgMax(const Tensor& x, const Tensor& ids) = 0;
+  // results[r] = SampleRowReference(row r of f32 `logits` [R, V], rows[r]) (kernels/sampling.h):
+  // adjustments, the draw, and logprobs of the raw distribution, so that only R small results
+  // cross to the host. Exact, except that a device may draw the neighbouring token where the
+  // uniform falls within rounding of a probability boundary (sums in another order). `logits` may
+  // be overwritten. rows and results hold R entries; InvalidArgument for specs out of range.
+  virtual absl::Status Sample(const Tensor& logits, std::span<const SampleRowSpec> rows,
+                              std::span<SampleRowResult> results) = 0;
   // Every element of contiguous `t` set to zero (any dtype).
   virtual absl::Status Zero(const Tensor& t) = 0;
 };

@@ -2,10 +2,12 @@
 // the offending tensor, so a misuse is reported instead of computing garbage.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/sampling.h"
 #include "kernels/tensor.h"
 
 namespace xserv::kernels {
@@ -75,6 +77,38 @@ inline absl::Status ExpectArgMaxOperands(const Tensor& x, const Tensor& ids) {
   if (x.rank != 2 || ids.rank != 1 || ids.dim(0) != x.dim(0) || !ids.is_contiguous()) {
     return OpError(kOp, absl::StrCat("x must be [R, V] and ids [R], got ", x.Describe(), " and ",
                                      ids.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+// Sample's operands on any backend: f32 rows logits [R, V], one spec and one result per row, each
+// spec within the documented ranges (kernels/sampling.h).
+inline absl::Status ExpectSampleOperands(const Tensor& logits, std::span<const SampleRowSpec> rows,
+                                         size_t num_results) {
+  constexpr const char* kOp = "Sample";
+  if (absl::Status s = ExpectDType(kOp, "logits", logits, DType::kF32); !s.ok()) return s;
+  if (absl::Status s = ExpectRowMajor(kOp, "logits", logits); !s.ok()) return s;
+  if (logits.rank != 2 || static_cast<int64_t>(rows.size()) != logits.dim(0) ||
+      num_results != rows.size()) {
+    return OpError(kOp, absl::StrCat("logits must be [R, V] with R specs and R results, got ",
+                                     logits.Describe(), ", ", rows.size(), " specs, ", num_results,
+                                     " results"));
+  }
+  const int64_t vocab = logits.dim(1);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SampleRowSpec& s = rows[r];
+    const int mode = static_cast<int>(s.mode);
+    bool ok = mode >= 0 && mode <= 2 && s.num_logprobs <= kMaxSampleLogprobs;
+    if (s.mode == SampleMode::kScore) ok = ok && s.target >= 0 && s.target < vocab;
+    if (s.mode == SampleMode::kDraw) {
+      ok = ok && s.temperature >= 0.0f && s.top_p > 0.0f && s.top_p <= 1.0f && s.min_p >= 0.0f &&
+           s.min_p <= 1.0f && s.repetition_penalty > 0.0f;
+      for (size_t i = 0; ok && i < s.adjustments.size(); ++i) {
+        const int32_t t = s.adjustments[i].token;
+        ok = t >= 0 && t < vocab && (i == 0 || s.adjustments[i - 1].token < t);
+      }
+    }
+    if (!ok) return OpError(kOp, absl::StrCat("row ", r, ": spec out of range"));
   }
   return absl::OkStatus();
 }

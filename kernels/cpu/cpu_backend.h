@@ -63,6 +63,8 @@ class CpuBackend final : public Backend {
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
+  absl::Status Sample(const Tensor& logits, std::span<const SampleRowSpec> rows,
+                      std::span<SampleRowResult> results) override;
   absl::Status Zero(const Tensor& t) override;
 
  private:

@@ -8,7 +8,8 @@
 // by the engine-loop thread, which must have the backend's device current (Create makes it
 // current on the calling thread). Every op is queued on the one CUDA stream the backend owns, in
 // call order; ops never synchronise with the host except CopyToHost and Synchronize, and never
-// allocate device memory (the cuBLASLt workspace is allocated once in Create). Buffers from
+// allocate device memory (the cuBLASLt workspace is allocated once in Create; Sample's small
+// staging buffers grow the first times a larger step needs them). Buffers from
 // Allocate are freed with cudaFree, which waits for the device; free them before the backend.
 #pragma once
 
@@ -86,6 +87,8 @@ class CudaBackend final : public Backend {
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
+  absl::Status Sample(const Tensor& logits, std::span<const SampleRowSpec> rows,
+                      std::span<SampleRowResult> results) override;
   absl::Status Zero(const Tensor& t) override;
 
  private:
@@ -101,9 +104,15 @@ class CudaBackend final : public Backend {
   absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
                                       const AttentionBatch& batch);
 
+  // `buffer` holds at least `bytes` (reallocated, contents lost, when it does not).
+  absl::Status Reserve(Buffer& buffer, size_t bytes);
+
   CudaBackendOptions options_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
+  // Sample's device staging (ops_sampling.cc), grown on demand and kept: specs, adjustments with
+  // the raw logits they replace, and results.
+  Buffer sample_rows_, sample_adjustments_, sample_results_;
 };
 
 }  // namespace xserv::kernels::cuda

@@ -82,7 +82,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   ASSIGN_OR_RETURN(engine->logits_,
                    backend.Allocate(kernels::DType::kF32,
                                     {logits_rows, engine->model_->config().vocab_size}));
-  ASSIGN_OR_RETURN(engine->greedy_ids_, backend.Allocate(kernels::DType::kI32, {logits_rows}));
   return engine;
 }
 
@@ -314,68 +313,60 @@ absl::StatusOr<bool> Engine::RunStep() {
   }
   ASSIGN_OR_RETURN(const kernels::Tensor logits, runner_.Run(step));
   if (!plan.HasWork()) return !plan.finished.empty();
-  const int64_t vocab = model_->config().vocab_size;
-  // When every row is plain greedy (see sampling::OnlyArgMax) the arg-max runs on the backend and
-  // only R ids cross to the host instead of R x V logits.
-  bool ids_only = rows > 0 && rows <= greedy_ids_.view().dim(0);
-  for (size_t i = 0; i < plan.seqs.size() && ids_only; ++i) {
-    const Live& l = *live_.at(plan.seqs[i].request_id);
-    const auto outputs = static_cast<int32_t>(scheduler_->OutputTokens(plan.seqs[i].request_id).size());
-    ids_only = step.chunks[i].logits != model::LogitsRows::kAll &&
-               sampling::OnlyArgMax(l.params.sampling,
-                                    /*bans_active=*/outputs < l.params.min_tokens && !l.banned.empty());
-  }
-  std::vector<float> host;
-  std::vector<int32_t> host_ids;
-  if (ids_only) {
-    const kernels::Tensor ids = greedy_ids_.view().SliceRows(0, rows);
-    RETURN_IF_ERROR(backend_.ArgMax(logits, ids));
-    host_ids.resize(static_cast<size_t>(rows));
-    RETURN_IF_ERROR(backend_.CopyToHost(ids, host_ids.data()));
-  } else if (rows > 0) {
-    host.resize(static_cast<size_t>(rows * vocab));
-    RETURN_IF_ERROR(backend_.CopyToHost(logits, host.data()));
-  }
-
-  StepResult result{.step_id = plan.step_id};
+  // One spec per logits row: prompt positions still to report are scored, each sampling
+  // sequence's last row draws; only the small per-row results cross to the host.
+  std::vector<kernels::SampleRowSpec> specs(static_cast<size_t>(rows));
+  std::vector<std::vector<kernels::TokenAdjustment>> adjustments(plan.seqs.size());
+  std::vector<int64_t> draw_row(plan.seqs.size(), -1);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSequence& s = plan.seqs[i];
-    Live& l = *live_.at(s.request_id);
+    const Live& l = *live_.at(s.request_id);
     const bool all_rows = step.chunks[i].logits == model::LogitsRows::kAll;
-    if (all_rows) {  // prompt logprobs of the positions this chunk covered
-      const int32_t top = l.params.sampling.prompt_logprobs;
+    if (all_rows) {  // prompt logprobs of the positions this chunk covers, in order
+      size_t expected = l.prompt_logprobs.size() + 1;
       for (size_t j = 0; j < s.token_ids.size(); ++j) {
         const size_t next = static_cast<size_t>(s.start_position) + j + 1;
-        if (next >= l.params.prompt.size() || next != l.prompt_logprobs.size() + 1) continue;
-        const float* row = host.data() + (first_row[i] + j) * vocab;
-        l.prompt_logprobs.push_back(sampling::ComputeLogprobs(
-            std::span<const float>(row, vocab), l.params.prompt[next], top));
+        if (next >= l.params.prompt.size() || next != expected) continue;
+        specs[first_row[i] + j] =
+            sampling::ScoreSpec(l.params.prompt[next], l.params.sampling.prompt_logprobs);
+        ++expected;
       }
     }
     if (!s.samples) continue;
-    const int64_t row_index = all_rows ? first_row[i] + static_cast<int64_t>(s.token_ids.size()) - 1
-                                       : first_row[i];
+    draw_row[i] = all_rows ? first_row[i] + static_cast<int64_t>(s.token_ids.size()) - 1
+                           : first_row[i];
     const std::span<const int32_t> outputs = scheduler_->OutputTokens(s.request_id);
     sampling::SamplingContext ctx;
     ctx.prompt_tokens = l.params.prompt;
     ctx.output_tokens = outputs;
     ctx.seed = l.seed;
     if (static_cast<int32_t>(outputs.size()) < l.params.min_tokens) ctx.banned_tokens = l.banned;
-    sampling::SampleResult sampled;
-    if (ids_only) {
-      sampled.token = host_ids[static_cast<size_t>(row_index)];
-    } else {
-      const std::span<const float> row(host.data() + row_index * vocab, vocab);
-      sampled = sampling::Sample(row, l.params.sampling, ctx);
+    specs[draw_row[i]] = sampling::DrawSpec(l.params.sampling, ctx, adjustments[i]);
+  }
+  std::vector<kernels::SampleRowResult> sampled(specs.size());
+  if (rows > 0) RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
+
+  StepResult result{.step_id = plan.step_id};
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSequence& s = plan.seqs[i];
+    Live& l = *live_.at(s.request_id);
+    if (step.chunks[i].logits == model::LogitsRows::kAll) {
+      for (size_t j = 0; j < s.token_ids.size(); ++j) {
+        const size_t next = static_cast<size_t>(s.start_position) + j + 1;
+        if (next >= l.params.prompt.size() || next != l.prompt_logprobs.size() + 1) continue;
+        l.prompt_logprobs.push_back(sampling::ToPositionLogprobs(sampled[first_row[i] + j]));
+      }
     }
-    const int32_t token = sampled.token;
+    if (!s.samples) continue;
+    const kernels::SampleRowResult& drawn = sampled[draw_row[i]];
+    const int32_t token = drawn.token;
     const bool stop = Contains(l.params.stop_token_ids, token) ||
                       (!l.params.ignore_eos && Contains(config_.eos_token_ids, token));
     if (stop) l.stop_token = token;
     result.sampled.push_back({.request_id = s.request_id, .token_id = token, .stop = stop});
     if (!l.first_token) l.first_token = clock_->Now();
     TokenOutput out{.token = token};
-    if (l.params.sampling.logprobs >= 0) out.logprobs = sampled.logprobs;
+    if (l.params.sampling.logprobs >= 0) out.logprobs = sampling::ToPositionLogprobs(drawn);
     std::vector<sampling::PositionLogprobs> prompt_logprobs;
     if (l.params.sampling.prompt_logprobs >= 0 && !l.prompt_logprobs_sent) {
       prompt_logprobs = std::move(l.prompt_logprobs);

@@ -120,7 +120,6 @@ class Engine {
   model::BatchBuilder builder_;
   const Clock* clock_;
   kernels::Buffer logits_;      // f32 [max_tokens, vocab]
-  kernels::Buffer greedy_ids_;  // i32 [logits rows]: on-backend arg-max of plain greedy steps
   DeviceStepRunner runner_;
   std::chrono::steady_clock::time_point last_publish_{};  // loop thread: the last step sent
 

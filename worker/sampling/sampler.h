@@ -1,15 +1,7 @@
-// Sampler: one row of f32 logits -> the next token (and logprob information), on the host.
-// The CPU engine uses it directly; the CUDA backend will sample on the device with the same
-// semantics and is tested against this.
-//
-// Order of processing (as vLLM): logit_bias, min-tokens mask, repetition / presence / frequency
-// penalties, then greedy argmax or temperature -> top-k -> top-p -> min-p -> draw. Reported
-// logprobs are those of the raw model distribution (log-softmax of the unprocessed logits), which
-// is what OpenAI-style `logprobs` and echo report.
-//
-// Randomness is counter-based: the draw for a request's n-th generated token is a pure function of
-// (seed, n), so a seeded request gives the same tokens whatever else shares its batch, and a
-// preempted request resumes identically.
+// Sampler: the request-level face of sampling. It turns SamplingParams plus the request's history
+// into the backend's per-row spec (kernels/sampling.h, which defines the semantics and runs on the
+// device), and offers a host-side Sample over one row for tests and tools. Reported logprobs are
+// those of the raw model distribution.
 //
 // Stateless and thread-compatible: the caller passes the per-request history.
 #pragma once
@@ -18,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/sampling.h"
 #include "worker/sampling/sampling_params.h"
 
 namespace xserv::sampling {
@@ -47,19 +40,23 @@ struct SampleResult {
   PositionLogprobs logprobs;  // filled when params.logprobs >= 0
 };
 
-// `logits` is one row [vocab]; it is not modified.
+// The backend spec of a draw row: sampling fields from `params`, the seed and counter (tokens
+// generated so far) from `context`, and one adjustment per token that bias, bans or penalties
+// touch, written to `adjustments` (which the spec then points into; keep it alive).
+kernels::SampleRowSpec DrawSpec(const SamplingParams& params, const SamplingContext& context,
+                                std::vector<kernels::TokenAdjustment>& adjustments);
+
+// The backend spec of a prompt-logprobs row: `target`'s logprob with the top `n`.
+kernels::SampleRowSpec ScoreSpec(int32_t target, int32_t n);
+
+// What the backend returned for a row, as reported logprobs.
+PositionLogprobs ToPositionLogprobs(const kernels::SampleRowResult& result);
+
+// `logits` is one row [vocab]; it is not modified. Host-side (the backend's reference).
 SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
                     const SamplingContext& context);
 
-// True when Sample would return the plain arg-max of the raw logits and nothing else: greedy, no
-// logit bias, neutral penalties, no logprobs, and no banned tokens in force (`bans_active`). The
-// engine then lets the backend take the arg-max (Backend::ArgMax, the same tie rule).
-bool OnlyArgMax(const SamplingParams& params, bool bans_active);
-
 // Logprob information of `token` under the raw distribution `logits`, with the top `n`.
 PositionLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t n);
-
-// Uniform double in [0, 1) for (seed, counter); splitmix64-based, identical on every platform.
-double UniformForStep(uint64_t seed, uint64_t counter);
 
 }  // namespace xserv::sampling

@@ -108,6 +108,7 @@ class RopeOpTest : public BackendOpTest {};
 class AttentionOpTest : public BackendOpTest {};
 class MoeOpTest : public BackendOpTest {};
 class MemoryOpTest : public BackendOpTest {};
+class SampleOpTest : public BackendOpTest {};
 
 }  // namespace xserv::kernels::testing
 
@@ -120,4 +121,5 @@ class MemoryOpTest : public BackendOpTest {};
   INSTANTIATE_TEST_SUITE_P(prefix, RopeOpTest, generator, BackendCaseName);                      \
   INSTANTIATE_TEST_SUITE_P(prefix, AttentionOpTest, generator, BackendCaseName);                 \
   INSTANTIATE_TEST_SUITE_P(prefix, MoeOpTest, generator, BackendCaseName);                       \
-  INSTANTIATE_TEST_SUITE_P(prefix, MemoryOpTest, generator, BackendCaseName)
+  INSTANTIATE_TEST_SUITE_P(prefix, MemoryOpTest, generator, BackendCaseName);                    \
+  INSTANTIATE_TEST_SUITE_P(prefix, SampleOpTest, generator, BackendCaseName)

@@ -33,25 +33,40 @@ TEST(Sampler, GreedyTakesLowestIdOnTiesAndSkipsNaN) {
   EXPECT_EQ(Sample(all_nan, Greedy(), Ctx()).token, 0);
 }
 
-// OnlyArgMax says exactly when Sample is the raw arg-max: whenever it holds, Sample agrees with
-// the arg-max (the engine's device shortcut); every processing option turns it off.
-TEST(Sampler, OnlyArgMaxHoldsExactlyForPlainGreedy) {
-  EXPECT_TRUE(OnlyArgMax(Greedy(), /*bans_active=*/false));
-  SamplingParams top1;
-  top1.top_k = 1;  // greedy through top-k
-  EXPECT_TRUE(OnlyArgMax(top1, false));
-  EXPECT_FALSE(OnlyArgMax(Greedy(), /*bans_active=*/true));
-  EXPECT_FALSE(OnlyArgMax(SamplingParams{}, false));  // temperature 1
-  std::vector<SamplingParams> variants(5, Greedy());
-  variants[0].logit_bias = {{1, 1.0f}};
-  variants[1].repetition_penalty = 1.1f;
-  variants[2].presence_penalty = 0.5f;
-  variants[3].frequency_penalty = -0.5f;
-  variants[4].logprobs = 0;
-  for (const SamplingParams& v : variants) EXPECT_FALSE(OnlyArgMax(v, false));
-  const std::vector<float> logits = {1.0f, 3.0f, NAN, 3.0f, -1.0f};
-  const std::vector<int32_t> history = {1, 3, 3};
-  EXPECT_EQ(Sample(logits, top1, Ctx(7, history)).token, 1);  // history ignored: no penalties
+// DrawSpec merges bias, bans and penalties into one adjustment per token, ascending and unique
+// (what every backend's Sample requires), and touches no token when nothing is asked for.
+TEST(Sampler, DrawSpecMergesAdjustmentsPerToken) {
+  std::vector<kernels::TokenAdjustment> adjustments;
+  const std::vector<int32_t> prompt = {9, 4};
+  const std::vector<int32_t> output = {4, 7, 4};
+  const std::vector<int32_t> banned = {2};
+  SamplingContext ctx = Ctx(5, output);
+  ctx.prompt_tokens = prompt;
+  ctx.banned_tokens = banned;
+  SamplingParams p;
+  p.logit_bias = {{7, 1.5f}, {2, -1.0f}};
+  p.repetition_penalty = 1.2f;
+  p.frequency_penalty = 0.5f;
+  p.logprobs = 3;
+  const kernels::SampleRowSpec spec = DrawSpec(p, ctx, adjustments);
+  EXPECT_EQ(spec.mode, kernels::SampleMode::kDraw);
+  EXPECT_EQ(spec.counter, 3u);
+  EXPECT_EQ(spec.seed, 5u);
+  EXPECT_EQ(spec.num_logprobs, 3);
+  ASSERT_EQ(spec.adjustments.size(), 4u);
+  const int32_t tokens[] = {2, 4, 7, 9};
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(spec.adjustments[i].token, tokens[i]);
+  EXPECT_TRUE(spec.adjustments[0].banned);
+  EXPECT_FLOAT_EQ(spec.adjustments[0].bias, -1.0f);
+  EXPECT_TRUE(spec.adjustments[1].seen);
+  EXPECT_EQ(spec.adjustments[1].output_count, 2);
+  EXPECT_FLOAT_EQ(spec.adjustments[2].bias, 1.5f);
+  EXPECT_EQ(spec.adjustments[2].output_count, 1);
+  EXPECT_TRUE(spec.adjustments[3].seen);
+  EXPECT_EQ(spec.adjustments[3].output_count, 0);
+  const kernels::SampleRowSpec plain = DrawSpec(Greedy(), Ctx(1, output), adjustments);
+  EXPECT_TRUE(plain.adjustments.empty());
+  EXPECT_TRUE(plain.greedy());
 }
 
 TEST(Sampler, LogitBiasAndBannedTokensChangeTheArgmax) {
@@ -186,7 +201,7 @@ TEST(SamplingParams, ValidateNamesTheField) {
 TEST(Sampler, UniformIsInRangeAndSpread) {
   double sum = 0;
   for (uint64_t i = 0; i < 10000; ++i) {
-    const double u = UniformForStep(123, i);
+    const double u = kernels::UniformForStep(123, i);
     ASSERT_GE(u, 0.0);
     ASSERT_LT(u, 1.0);
     sum += u;
