@@ -11,7 +11,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libboost-dev libpcre2-dev libutf8proc-dev
-  libgloo-dev libopenblas-dev libcli11-dev
+  libgloo-dev libopenblas-dev libcli11-dev libedit-dev
   python3 xz-utils iproute2 curl
 )
 

@@ -71,4 +71,18 @@ inline bool StartSmallStack(ChildProcess& supervisor, const std::string& model,
   return supervisor.StartServer("xserv-supervisor", args, std::chrono::seconds(90));
 }
 
+// StartSmallStack with the router's public gRPC API on a free port, stored in *grpc_port.
+inline bool StartSmallStackWithGrpc(ChildProcess& supervisor, const std::string& model,
+                                    int* grpc_port) {
+  const std::string port_file = MakeTempDir() + "/grpc-port";
+  if (!StartSmallStack(supervisor, model,
+                       {"--grpc-port", "0", "--router-arg=--grpc-port-file",
+                        "--router-arg=" + port_file})) {
+    return false;
+  }
+  *grpc_port = 0;
+  std::ifstream(port_file) >> *grpc_port;  // written before the HTTP port file
+  return *grpc_port > 0;
+}
+
 }  // namespace xserv::testing

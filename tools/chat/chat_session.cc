@@ -34,14 +34,18 @@ ChatSession::Action ChatSession::HandleLine(const std::string& raw) {
   return Action::kUnknownCommand;
 }
 
-nlohmann::json ChatSession::Request(const std::string& model, int max_tokens,
-                                    double temperature) const {
+nlohmann::json ChatSession::Messages() const {
   nlohmann::json messages = nlohmann::json::array();
   if (!system_.empty()) messages.push_back({{"role", "system"}, {"content", system_}});
   for (const auto& [role, content] : history_) {
     messages.push_back({{"role", role}, {"content", content}});
   }
-  nlohmann::json request = {{"messages", messages},
+  return messages;
+}
+
+nlohmann::json ChatSession::Request(const std::string& model, int max_tokens,
+                                    double temperature) const {
+  nlohmann::json request = {{"messages", Messages()},
                             {"stream", true},
                             {"stream_options", {{"include_usage", true}}},
                             {"max_tokens", max_tokens},

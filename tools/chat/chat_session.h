@@ -20,6 +20,8 @@ class ChatSession {
   // "/quit", "/help"; anything else that is not blank is a user turn (kSend, appended).
   Action HandleLine(const std::string& line);
 
+  // The conversation as OpenAI messages: the system prompt (when set), then the history.
+  nlohmann::json Messages() const;
   // The request body for the next answer (messages = system + history).
   nlohmann::json Request(const std::string& model, int max_tokens, double temperature) const;
   // Records the assistant's answer so the next turn carries it.

@@ -30,5 +30,24 @@ TEST(BenchStats, SummaryCountsOnlyCompletedRequests) {
   EXPECT_DOUBLE_EQ(m["e2e_ms_p90"].get<double>(), 1100.0);
 }
 
+TEST(BenchStats, GoodputCountsRequestsMeetingEverySlo) {
+  // TTFT 100 ms, TPOT 50 ms; TTFT 300 ms, TPOT 50 ms; TTFT 100 ms, TPOT 200 ms; a failure.
+  const RequestTiming fast{.ok = true, .ttft_s = 0.1, .e2e_s = 0.6, .output_tokens = 11};
+  const RequestTiming slow_start{.ok = true, .ttft_s = 0.3, .e2e_s = 0.8, .output_tokens = 11};
+  const RequestTiming slow_decode{.ok = true, .ttft_s = 0.1, .e2e_s = 2.1, .output_tokens = 11};
+  const RequestTiming failed{.ok = false, .ttft_s = 0.01, .e2e_s = 0.02};
+  const std::vector<RequestTiming> all = {fast, slow_start, slow_decode, failed};
+  EXPECT_FALSE(Summarize(all, 2.0).contains("goodput_req_s"));
+  const nlohmann::json both = Summarize(all, 2.0, Slo{.ttft_ms = 200, .tpot_ms = 100});
+  EXPECT_EQ(both["good"], 1);
+  EXPECT_DOUBLE_EQ(both["goodput_req_s"].get<double>(), 0.5);
+  EXPECT_EQ(Summarize(all, 2.0, Slo{.ttft_ms = 200})["good"], 2);
+  EXPECT_EQ(Summarize(all, 2.0, Slo{.tpot_ms = 100})["good"], 2);
+  EXPECT_DOUBLE_EQ(Summarize(all, 1.0, Slo{.ttft_ms = 1000})["goodput_req_s"].get<double>(), 3.0);
+  // A one-token answer has no decode time: only its TTFT counts.
+  EXPECT_TRUE((Slo{.tpot_ms = 0.001}).Met({.ok = true, .ttft_s = 0.1, .e2e_s = 0.1,
+                                           .output_tokens = 1}));
+}
+
 }  // namespace
 }  // namespace xserv::tools
