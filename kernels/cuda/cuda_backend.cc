@@ -28,13 +28,26 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create(
                                       {.batch_invariant = options.batch_invariant,
                                        .invariant_reference_rows = options.invariant_reference_rows}));
+  if (options.profile_ops) backend->profiler_ = std::make_unique<OpProfiler>();
   return backend;
+}
+
+absl::Status CudaBackend::HoldForProfile(int64_t microseconds) {
+  if (profiler_ == nullptr) return absl::FailedPreconditionError("profile_ops is off");
+  return profiler_->Hold(microseconds, stream_);
+}
+
+absl::StatusOr<std::vector<OpTime>> CudaBackend::TakeOpProfile() {
+  if (profiler_ == nullptr) return absl::FailedPreconditionError("profile_ops is off");
+  RETURN_IF_ERROR(Synchronize());
+  return profiler_->Take();
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
+    profiler_.reset();
     cudaStreamDestroy(stream_);
   }
 }
@@ -44,6 +57,7 @@ absl::Status CudaBackend::Launched(const char* op, cudaError_t launch_error) {
     return absl::InternalError(absl::StrCat(op, ": launch failed: ", cudaGetErrorName(launch_error),
                                             " (", cudaGetErrorString(launch_error), ")"));
   }
+  if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->Record(op, stream_));
   if (options_.check_each_op) {
     const cudaError_t err = cudaStreamSynchronize(stream_);
     if (err != cudaSuccess) {
@@ -91,8 +105,7 @@ absl::Status CudaBackend::CopyToHost(const Tensor& src, void* dst) {
   RETURN_IF_ERROR(ExpectContiguous("CopyToHost", "src", src));
   RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
-  return absl::OkStatus();
+  return Synchronize();
 }
 
 absl::Status CudaBackend::Zero(const Tensor& t) {
@@ -124,6 +137,7 @@ absl::Status CudaBackend::Convert(const Tensor& src, const Tensor& dst) {
 
 absl::Status CudaBackend::Synchronize() {
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->Collect());
   return absl::OkStatus();
 }
 

@@ -17,9 +17,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/op_profiler.h"
 
 namespace xserv::kernels::cuda {
 
@@ -35,6 +37,8 @@ struct CudaBackendOptions {
   // do not depend on which requests happened to share a step.
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
+  // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
+  bool profile_ops = false;
 };
 
 class CudaBackend final : public Backend {
@@ -49,6 +53,11 @@ class CudaBackend final : public Backend {
   DType compute_dtype() const override { return DType::kBF16; }
   cudaStream_t stream() const { return stream_; }
   const GemmRunner& gemm() const { return *gemm_; }
+
+  // profile_ops: occupy the stream for `microseconds` so that the next ops queue up behind it and
+  // run back to back (see OpProfiler::Hold); the per-op times since the last call, largest first.
+  absl::Status HoldForProfile(int64_t microseconds);
+  absl::StatusOr<std::vector<OpTime>> TakeOpProfile();
 
   absl::StatusOr<Buffer> Allocate(DType dtype, std::span<const int64_t> shape) override;
   using Backend::Allocate;
@@ -110,6 +119,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
+  std::unique_ptr<OpProfiler> profiler_;  // profile_ops only
   // Sample's device staging (ops_sampling.cc), grown on demand and kept: specs, adjustments with
   // the raw logits they replace, and results.
   Buffer sample_rows_, sample_adjustments_, sample_results_;

@@ -130,7 +130,7 @@ absl::Status CudaBackend::Sample(const Tensor& logits, std::span<const SampleRow
   std::vector<DeviceSampleResult> host(rows.size());
   RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host.data(), d_results, results_bytes,
                                        cudaMemcpyDeviceToHost, stream_));
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  RETURN_IF_ERROR(Synchronize());
   for (size_t r = 0; r < rows.size(); ++r) {
     results[r] = rows[r].mode == SampleMode::kSkip ? SampleRowResult{} : FromDevice(host[r]);
   }

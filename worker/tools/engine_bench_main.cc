@@ -1,21 +1,26 @@
 // xserv-engine-bench: prefill and decode throughput of a model on the CPU or CUDA backend, without
-// the scheduler or HTTP (greedy, fixed lengths, argmax of the logits on the host each step).
+// the scheduler or HTTP (greedy, fixed lengths, the arg-max taken by the backend's Sample).
 //
 //   xserv-engine-bench --model DIR [--backend cpu|cuda] [--prompt-len 128] [--gen-len 64] [--batch 1,4] [--threads N]
-//                   [--repeats 3]
+//                   [--repeats 3] [--profile-ops]
 //
 // For each batch size B: B random prompts of prompt-len tokens are prefilled in one step (after
 // one unmeasured warm-up pass of the same step), then the B sequences decode gen-len tokens
 // together, greedily; the fastest of --repeats such runs is reported. Prints a table and one JSON
-// line (date, commit, hardware, model, config, metrics) for docs/benchmarks/.
+// line (date, commit, hardware, model, config, metrics) for docs/benchmarks/. With --profile-ops
+// (cuda) one more prefill + decode run per batch size measures each op's GPU time with the host's
+// launch overhead taken out (CudaBackend::HoldForProfile), and the host time to queue a step: the
+// per-op table says which kernels a step's time goes to, and whether the host keeps up.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -53,6 +58,8 @@ struct BenchConfig {
   int repeats = 3;
   int64_t block_size = 16;
   uint64_t seed = 0;
+  bool profile_ops = false;
+  int64_t hold_us = 50000;  // must exceed the host time to queue one step
 };
 
 struct BatchResult {
@@ -61,14 +68,20 @@ struct BatchResult {
   double prefill_tokens_per_s() const { return batch * prompt_len / prefill_seconds; }
   double decode_tokens_per_s() const { return batch * gen_len / decode_seconds; }
   int prompt_len = 0, gen_len = 0;
+  Json profile;  // --profile-ops: per phase, per op GPU time
 };
 
-// Runs steps of B sequences with fixed block tables and greedy sampling on the host.
+// Runs steps of B sequences with fixed block tables and greedy sampling on the backend.
 class Runner {
  public:
   Runner(xserv::kernels::Backend& backend, model::Model& m, model::KvCache& kv,
          model::BatchBuilder& builder, const xserv::kernels::Tensor& logits)
       : backend_(backend), model_(m), kv_(kv), builder_(builder), logits_(logits) {}
+
+  // Called after a step's inputs are uploaded, just before its forward is queued (profiling).
+  void set_before_forward(std::function<absl::Status()> hook) { before_forward_ = std::move(hook); }
+  // Host time spent queueing forwards since the last call (the launch overhead of the steps).
+  double TakeEnqueueSeconds() { return std::exchange(enqueue_seconds_, 0.0); }
 
   // One step: chunk s holds tokens[s] at start_position `start`. Returns argmax per sequence.
   absl::StatusOr<std::vector<int32_t>> Step(const std::vector<std::vector<int32_t>>& tokens,
@@ -82,15 +95,19 @@ class Runner {
     ASSIGN_OR_RETURN(model::ForwardInputs in, builder_.Build(chunks));
     const int64_t rows = static_cast<int64_t>(tokens.size());
     const xserv::kernels::Tensor logits = logits_.SliceRows(0, rows);
+    if (before_forward_) RETURN_IF_ERROR(before_forward_());
+    const Clock::time_point begin = Clock::now();
     RETURN_IF_ERROR(model_.Forward(in, kv_.layers(), logits));
-    const int64_t vocab = logits.dim(1);
-    host_.resize(static_cast<size_t>(rows * vocab));
-    RETURN_IF_ERROR(backend_.CopyToHost(logits, host_.data()));
-    std::vector<int32_t> next(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = host_.data() + r * vocab;
-      next[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    enqueue_seconds_ += std::chrono::duration<double>(Clock::now() - begin).count();
+    std::vector<xserv::kernels::SampleRowSpec> specs(static_cast<size_t>(rows));
+    for (auto& spec : specs) {
+      spec.mode = xserv::kernels::SampleMode::kDraw;
+      spec.temperature = 0.0f;
     }
+    std::vector<xserv::kernels::SampleRowResult> sampled(specs.size());
+    RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
+    std::vector<int32_t> next;
+    for (const auto& r : sampled) next.push_back(r.token);
     return next;
   }
 
@@ -100,7 +117,8 @@ class Runner {
   model::KvCache& kv_;
   model::BatchBuilder& builder_;
   xserv::kernels::Tensor logits_;
-  std::vector<float> host_;
+  std::function<absl::Status()> before_forward_;
+  double enqueue_seconds_ = 0;
 };
 
 double Seconds(Clock::time_point begin) {
@@ -139,6 +157,81 @@ absl::StatusOr<BatchResult> RunBatch(Runner& runner, const BenchConfig& cfg, int
   return result;
 }
 
+#if XSERV_HAVE_CUDA
+// Bytes of the dense linear weights one decode step streams (bf16), for the GEMV bandwidth.
+double LinearWeightBytes(const xserv::ModelConfig& c) {
+  if (c.moe.num_experts > 0) return 0;  // expert bytes read depend on routing
+  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+  const double attention = h * d * (2.0 * c.num_heads + 2.0 * c.num_kv_heads);
+  const double mlp = (c.model_type == "gpt2" ? 2.0 : 3.0) * h * c.intermediate_size;
+  return 2.0 * (c.num_layers * (attention + mlp) + static_cast<double>(c.vocab_size) * h);
+}
+
+// One phase's profile: per-op GPU time per step and the host's queueing time per step.
+absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runner& runner,
+                                  int steps, double weight_bytes, const char* phase) {
+  ASSIGN_OR_RETURN(std::vector<xserv::kernels::cuda::OpTime> ops, cuda.TakeOpProfile());
+  const double enqueue_us = 1e6 * runner.TakeEnqueueSeconds() / steps;
+  double gpu_us = 0, matmul_us = 0;
+  for (const auto& op : ops) {
+    gpu_us += 1e3 * op.total_ms / steps;
+    if (op.op == "Matmul") matmul_us = 1e3 * op.total_ms / steps;
+  }
+  std::printf("  %s: GPU %.1f us/step (ops back to back), host queueing %.1f us/step\n", phase,
+              gpu_us, enqueue_us);
+  Json rows = Json::array();
+  for (const auto& op : ops) {
+    const double us = 1e3 * op.total_ms / steps;
+    std::printf("    %-14s %7.1f calls %9.1f us %5.1f%%\n", op.op.c_str(),
+                static_cast<double>(op.calls) / steps, us, 100 * us / gpu_us);
+    rows.push_back({{"op", op.op},
+                    {"calls_per_step", static_cast<double>(op.calls) / steps},
+                    {"us_per_step", us}});
+  }
+  Json out{{"gpu_us_per_step", gpu_us}, {"host_enqueue_us_per_step", enqueue_us}, {"ops", rows}};
+  if (weight_bytes > 0 && matmul_us > 0 && std::string(phase) == "decode") {
+    const double gbs = weight_bytes / (matmul_us * 1e-6) / 1e9;
+    std::printf("    matmul weight streaming: %.2f GB in %.1f us = %.0f GB/s\n", weight_bytes / 1e9,
+                matmul_us, gbs);
+    out["matmul_weight_gb"] = weight_bytes / 1e9;
+    out["matmul_weight_gb_s"] = gbs;
+  }
+  return out;
+}
+
+// One prefill and gen-len decode steps of `batch` sequences with each forward queued behind a
+// hold (see CudaBackend::HoldForProfile).
+absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runner& runner,
+                                  const BenchConfig& cfg, const xserv::ModelConfig& c, int batch,
+                                  int64_t blocks_per_seq) {
+  std::mt19937_64 rng(cfg.seed + 7 * static_cast<uint64_t>(batch));
+  std::vector<std::vector<int32_t>> prompts(batch), tables(batch), step_tokens(batch);
+  for (int s = 0; s < batch; ++s) {
+    for (int i = 0; i < cfg.prompt_len; ++i) {
+      prompts[s].push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size)));
+    }
+    for (int64_t b = 0; b < blocks_per_seq; ++b) {
+      tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    }
+  }
+  runner.set_before_forward([&] { return cuda.HoldForProfile(cfg.hold_us); });
+  RETURN_IF_ERROR(cuda.TakeOpProfile().status());  // drop what the timed runs left
+  runner.TakeEnqueueSeconds();
+  std::printf("profile, batch %d:\n", batch);
+  Json out;
+  ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
+  ASSIGN_OR_RETURN(out["prefill"], PhaseProfile(cuda, runner, 1, 0, "prefill"));
+  for (int i = 0; i < cfg.gen_len; ++i) {
+    for (int s = 0; s < batch; ++s) step_tokens[s] = {next[s]};
+    ASSIGN_OR_RETURN(next, runner.Step(step_tokens, cfg.prompt_len + i, tables));
+  }
+  ASSIGN_OR_RETURN(out["decode"],
+                   PhaseProfile(cuda, runner, cfg.gen_len, LinearWeightBytes(c), "decode"));
+  runner.set_before_forward(nullptr);
+  return out;
+}
+#endif
+
 std::string CpuModelName() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -170,6 +263,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
                        {"decode_tokens_per_s", r.decode_tokens_per_s()},
                        {"prefill_seconds", r.prefill_seconds},
                        {"decode_ms_per_step", 1e3 * r.decode_seconds / r.gen_len}});
+    if (!r.profile.is_null()) metrics.back()["profile"] = r.profile;
   }
   return Json{
       {"date", UtcNow()},
@@ -201,6 +295,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"gen_len", cfg.gen_len},
         {"block_size", cfg.block_size},
         {"repeats", cfg.repeats},
+        {"profile_ops", cfg.profile_ops},
         {"batches", cfg.batches}}},
       {"metrics", std::move(metrics)}};
 }
@@ -209,6 +304,9 @@ absl::Status Run(const BenchConfig& cfg) {
   const int max_batch = *std::max_element(cfg.batches.begin(), cfg.batches.end());
   const int max_tokens = max_batch * cfg.prompt_len;
   std::unique_ptr<xserv::kernels::Backend> owned;
+#if XSERV_HAVE_CUDA
+  xserv::kernels::cuda::CudaBackend* cuda_backend = nullptr;
+#endif
   if (cfg.backend == "cpu") {
     owned = std::make_unique<xserv::kernels::cpu::CpuBackend>(
         xserv::kernels::cpu::CpuBackendOptions{.num_threads = cfg.threads});
@@ -217,11 +315,16 @@ absl::Status Run(const BenchConfig& cfg) {
     ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create(
         {.device = 0,
          .batch_invariant = cfg.batch_invariant,
-         .invariant_reference_rows = cfg.invariant_reference_rows}));
+         .invariant_reference_rows = cfg.invariant_reference_rows,
+         .profile_ops = cfg.profile_ops}));
+    cuda_backend = cuda.get();
     owned = std::move(cuda);
 #endif
   } else {
     return absl::InvalidArgumentError("backend " + cfg.backend + " is not available in this build");
+  }
+  if (cfg.profile_ops && cfg.backend != "cuda") {
+    return absl::InvalidArgumentError("--profile-ops needs --backend cuda");
   }
   xserv::kernels::Backend& backend = *owned;
   ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m,
@@ -258,6 +361,11 @@ absl::Status Run(const BenchConfig& cfg) {
                 r.prefill_tokens_per_s(), r.decode_tokens_per_s(),
                 1e3 * r.decode_seconds / r.gen_len);
     std::fflush(stdout);
+#if XSERV_HAVE_CUDA
+    if (cfg.profile_ops) {
+      ASSIGN_OR_RETURN(r.profile, ProfileBatch(*cuda_backend, runner, cfg, c, batch, blocks_per_seq));
+    }
+#endif
     results.push_back(r);
   }
   std::printf("%s\n", ReportJson(cfg, c, results).dump().c_str());
@@ -294,6 +402,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed of the random prompts")->capture_default_str();
+  app.add_flag("--profile-ops", cfg.profile_ops,
+               "cuda: one more run per batch size timing every op on the GPU (see the header)");
+  app.add_option("--profile-hold-us", cfg.hold_us,
+                 "--profile-ops: device hold before each step; must exceed its queueing time")
+      ->capture_default_str();
   if (auto exit_code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-engine-bench")) {
     return *exit_code;
   }
