@@ -2,7 +2,8 @@
 # On the GPU host: a random model of a real architecture (transformers, bf16) timed with
 # xserv-engine-bench on the CUDA backend (no scheduler, no HTTP), with the heuristic's matmuls and
 # with batch-invariant ones (xserv-worker --batch-invariant; REFERENCE_ROWS lists the reference m
-# values to try). Writes $OUT/engine-bench-ARCH.txt.
+# values to try; MODES=heuristic skips the batch-invariant runs; BENCH_FLAGS adds flags, e.g.
+# --profile-ops). Writes $OUT/engine-bench-ARCH.txt.
 # Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2] [batches, default 1,8,32]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -19,11 +20,11 @@ python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokeniz
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit: $XSERV_COMMIT"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  for mode in heuristic ${REFERENCE_ROWS:-256}; do
+  for mode in ${MODES:-heuristic ${REFERENCE_ROWS:-256}}; do
     if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
     else flags=(--batch-invariant true --invariant-reference-rows "$mode"); fi
     .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \
-      --gen-len 64 --batch "$batches" --repeats 3 "${flags[@]}" 2>&1 | grep -v "^\s*$"
+      --gen-len 64 --batch "$batches" --repeats 3 "${flags[@]}" ${BENCH_FLAGS:-} 2>&1 | grep -v "^\s*$"
   done
 } | tee "$OUT/engine-bench-$arch.txt"
 rm -rf "$work"
