@@ -1,12 +1,20 @@
 // Paged causal attention for mixed batches (prefill chunks + decode rows), GQA, sliding windows
-// and per-head sinks. The simple correct kernel; the performance issue replaces the tile, not the
-// interface (PagedAttentionArgs stays the plan-free per-layer view).
+// and per-head sinks.
 //
-// Tile: one CTA of kWarps warps per (query row t, query head h); grid (tokens, heads).
-//   q_reg   [kChunks] per lane  fp32 q[d] * scale, d = lane + 32 * c
-//   warp w  keys j = first + w, first + w + kWarps, ... <= pos (strided over the warp's keys)
-//   state   per warp: running max m, normaliser l, acc[kChunks] per lane (online softmax, fp32)
-//   merge   smem [kWarps] of (m, l, acc[head_dim]) combined in warp order -> deterministic
+// Keys are cut into fixed splits of kSplitKeys positions ([z * S, (z + 1) * S)). Each split is
+// reduced to a partial softmax state (max m, normaliser l, unnormalised output acc), and the
+// splits of a row are merged left to right with one merge function. Where the splits run (one
+// CTA each, merged by a second kernel, for batches too small to fill the GPU; or one after the
+// other inside the row's CTA) does not change a bit of the result, so a row's output does not
+// depend on the batch it runs in.
+//
+// Tile: a CTA of kWarps warps per (query row t, group of kWarps query heads); each warp owns one
+// query head and walks its split 32 keys at a time:
+//   scores  lane j takes key j of the tile: q (fp32, scaled, in shared memory) · k_j over
+//           head_dim, 16-byte loads; warp max / sum give the tile's softmax terms
+//   values  lane owns head_dim / 32 consecutive dims: acc += p_j * v_j for the tile's 32 keys
+// Many independent loads per lane per tile keep HBM latency hidden (the first kernel walked one
+// key at a time per warp and was latency-bound).
 // The row's sequence comes from a binary search of query_start; its position is
 // pos = seq_len - q_len + (t - query_start[s]), keys [first, pos] with first = pos - window + 1.
 #include "kernels/cuda/attention.h"
@@ -19,102 +27,236 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 
-template <int kChunks>
-__global__ void __launch_bounds__(kThreads)
-    PagedAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
-  __shared__ float s_m[kWarps], s_l[kWarps];
-  __shared__ float s_acc[kWarps][kChunks * kWarpSize];
-  const int t = blockIdx.x, h = blockIdx.y;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+__device__ __forceinline__ float NaN() { return __int_as_float(0x7fc00000); }
 
+// Partial softmax state of one split (or of several merged); a lane holds its dims of acc.
+// l is NaN when the split met a bad block-table entry: NaN then survives every merge.
+template <int kChunks>
+struct State {
+  float m = -INFINITY;
+  float l = 0.0f;
+  float acc[kChunks] = {};
+};
+
+// state := state (+) part, with both rescaled to the larger max.
+template <int kChunks>
+__device__ __forceinline__ void Merge(State<kChunks>& state, const State<kChunks>& part) {
+  const float m = fmaxf(state.m, part.m);
+  const float a = state.l > 0.0f ? expf(state.m - m) : 0.0f;
+  const float b = part.l > 0.0f ? expf(part.m - m) : 0.0f;
+  state.l = (isnan(state.l) || isnan(part.l)) ? NaN() : state.l * a + part.l * b;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) state.acc[c] = state.acc[c] * a + part.acc[c] * b;
+  state.m = m;
+}
+
+struct Row {
+  int s = 0, pos = 0, first = 0;
+  bool bad = false;
+};
+
+__device__ Row RowOf(const PagedAttentionArgs& a, int t) {
   // Sequence s owns rows [query_start[s], query_start[s + 1]): the last s with start <= t.
   int lo = 0, hi = a.num_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (a.query_start[mid] <= t) lo = mid; else hi = mid - 1;
   }
-  const int s = lo;
-  const int q_len = a.query_start[s + 1] - a.query_start[s];
-  const int pos = a.seq_lens[s] - q_len + (t - a.query_start[s]);
-  const int first = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int kv_head = h / (a.heads / a.kv_heads);
-  const int32_t* table = a.block_tables + s * a.block_table_stride;
+  Row r;
+  r.s = lo;
+  const int q_len = a.query_start[r.s + 1] - a.query_start[r.s];
+  r.pos = a.seq_lens[r.s] - q_len + (t - a.query_start[r.s]);
+  r.first = a.sliding_window > 0 ? max(0, r.pos - a.sliding_window + 1) : 0;
+  r.bad = r.pos < r.first || r.pos < 0;
+  return r;
+}
+
+// Dot of the scaled query (shared memory, fp32) with one bf16 key row, dims in order.
+__device__ __forceinline__ float Dot(const float* q, const bf16* k, int head_dim) {
+  float dot = 0.0f;
+  if (head_dim % 8 == 0) {
+    for (int d = 0; d < head_dim; d += 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(k + d);
+      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(pair[i]);
+        dot += q[d + 2 * i] * f.x;
+        dot += q[d + 2 * i + 1] * f.y;
+      }
+    }
+  } else {
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * ToFloat(k[d]);
+  }
+  return dot;
+}
+
+// The warp's query head over keys [lo, hi] (one split clipped to the row's range).
+template <int kChunks>
+__device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, const float* q,
+                                const bf16* k_cache, const bf16* v_cache, int lo, int hi) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int32_t* table = a.block_tables + row.s * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * a.head_dim;
-  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * a.head_dim;
-
-  const bf16* q = static_cast<const bf16*>(a.q) + t * a.q_token_stride +
-                  static_cast<int64_t>(h) * a.head_dim;
-  float q_reg[kChunks], acc[kChunks];
+  State<kChunks> st;
+  bool bad = false;
+  for (int base = lo; base <= hi; base += kWarpSize) {
+    const int j = base + lane;
+    int64_t slot = -1;
+    if (j <= hi) {
+      const int entry = j / a.block_size;
+      const int block = entry < a.block_table_width ? table[entry] : -1;
+      if (block < 0 || block >= a.num_blocks) {
+        bad = true;
+      } else {
+        slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
+      }
+    }
+    const float score = slot >= 0 ? Dot(q, k_cache + slot * slot_elems, a.head_dim) : -INFINITY;
+    const float m_new = fmaxf(st.m, WarpMax(score));
+    if (m_new == -INFINITY) continue;  // nothing valid yet (uniform across the warp)
+    const float p = slot >= 0 ? expf(score - m_new) : 0.0f;
+    const float correction = expf(st.m - m_new);  // st.m = -inf on the first tile: 0
+    st.l = st.l * correction + WarpSum(p);
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int d = lane + c * kWarpSize;
-    q_reg[c] = d < a.head_dim ? ToFloat(q[d]) * a.scale : 0.0f;
-    acc[c] = 0.0f;
+    for (int c = 0; c < kChunks; ++c) st.acc[c] *= correction;
+    const int d0 = lane * kChunks;
+    for (int i = 0; i < kWarpSize && base + i <= hi; ++i) {
+      const float pi = __shfl_sync(kFullMask, p, i);
+      const int64_t si = __shfl_sync(kFullMask, slot, i);
+      if (si < 0) continue;
+      const bf16* v = v_cache + si * slot_elems;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        if (d0 + c < a.head_dim) st.acc[c] += pi * ToFloat(v[d0 + c]);
+      }
+    }
+    st.m = m_new;
   }
-  float m = -INFINITY, l = 0.0f;
-  bool bad = pos < first || pos < 0;
-  for (int j = first + warp; j <= pos; j += kWarps) {
-    const int entry = j / a.block_size;
-    const int block = entry < a.block_table_width ? table[entry] : -1;
-    if (block < 0 || block >= a.num_blocks) {
-      bad = true;
-      continue;
-    }
-    const int64_t slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
-    const bf16* k = k_cache + slot * slot_elems;
-    const bf16* v = v_cache + slot * slot_elems;
-    float dot = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int d = lane + c * kWarpSize;
-      if (d < a.head_dim) dot += q_reg[c] * ToFloat(k[d]);
-    }
-    const float score = WarpSum(dot);  // identical on every lane
-    const float m_new = fmaxf(m, score);
-    const float correction = expf(m - m_new);  // m = -inf on the first key: 0
-    const float p = expf(score - m_new);
-    l = l * correction + p;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int d = lane + c * kWarpSize;
-      acc[c] = acc[c] * correction + (d < a.head_dim ? p * ToFloat(v[d]) : 0.0f);
-    }
-    m = m_new;
-  }
+  if (__any_sync(kFullMask, bad)) st.l = NaN();
+  return st;
+}
 
-  if (lane == 0) s_m[warp] = m, s_l[warp] = l;
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) s_acc[warp][lane + c * kWarpSize] = acc[c];
-  bad = __syncthreads_or(bad);  // publishes the warp states and agrees on validity
-
-  // Merge the warps (and the sink, a logit with a zero value row) in a fixed order.
+// Output of a merged state: the sink (a logit with a zero value row) joins the normaliser.
+template <int kChunks>
+__device__ void Finish(const PagedAttentionArgs& a, int t, int h, const State<kChunks>& st,
+                       bool bad) {
+  const int lane = threadIdx.x % kWarpSize;
   const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
-  float m_all = sink;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w]);
-  float l_all = a.sinks != nullptr ? expf(sink - m_all) : 0.0f;
-  float weight[kWarps];
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    weight[w] = s_l[w] > 0.0f ? expf(s_m[w] - m_all) : 0.0f;  // idle warps have m = -inf
-    l_all += s_l[w] * weight[w];
-  }
+  const float m = fmaxf(st.m, sink);
+  const float scale = st.l > 0.0f ? expf(st.m - m) : 0.0f;
+  float l = st.l * scale + (a.sinks != nullptr ? expf(sink - m) : 0.0f);
+  if (bad || isnan(st.l)) l = NaN();
   bf16* out = static_cast<bf16*>(a.out) + t * a.out_token_stride +
               static_cast<int64_t>(h) * a.head_dim;
-  const float inv_l = bad ? __int_as_float(0x7fc00000) : 1.0f / l_all;
-  for (int d = threadIdx.x; d < a.head_dim; d += kThreads) {
-    float o = 0.0f;
+  const float inv_l = 1.0f / l;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) o += s_acc[w][d] * weight[w];
-    out[d] = FromFloat<bf16>(o * inv_l);
+  for (int c = 0; c < kChunks; ++c) {
+    const int d = lane * kChunks + c;
+    if (d < a.head_dim) out[d] = FromFloat<bf16>(st.acc[c] * scale * inv_l);
   }
+}
+
+__device__ __forceinline__ float* PartialOf(const PagedAttentionArgs& a, int t, int h, int z) {
+  const int64_t record = a.head_dim + 2;
+  return a.partials + ((static_cast<int64_t>(t) * a.heads + h) * a.num_splits + z) * record;
+}
+
+template <int kChunks>
+__global__ void __launch_bounds__(kThreads)
+    PagedAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
+  __shared__ float s_q[kWarps][kChunks * kWarpSize];
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int h = blockIdx.y * kWarps + warp;
+  if (h >= a.heads) return;  // whole warps; no CTA barrier below
+  const Row row = RowOf(a, t);
+  const int kv_head = h / (a.heads / a.kv_heads);
+  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * a.head_dim;
+  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * a.head_dim;
+  const bf16* q = static_cast<const bf16*>(a.q) + t * a.q_token_stride +
+                  static_cast<int64_t>(h) * a.head_dim;
+  float* q_s = s_q[warp];
+  for (int d = lane; d < a.head_dim; d += kWarpSize) q_s[d] = ToFloat(q[d]) * a.scale;
+  __syncwarp();
+
+  const int first_split = row.bad ? 0 : row.first / kSplitKeys;
+  const int last_split = row.bad ? -1 : row.pos / kSplitKeys;
+  if (a.partials != nullptr) {  // one split per CTA; MergeSplitsKernel finishes the row
+    const int z = blockIdx.z;
+    if (z < first_split || z > last_split) return;
+    const State<kChunks> st =
+        Split<kChunks>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
+                       min(row.pos, z * kSplitKeys + kSplitKeys - 1));
+    float* rec = PartialOf(a, t, h, z);
+    if (lane == 0) rec[0] = st.m, rec[1] = st.l;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = lane * kChunks + c;
+      if (d < a.head_dim) rec[2 + d] = st.acc[c];
+    }
+    return;
+  }
+  State<kChunks> st;
+  for (int z = first_split; z <= last_split; ++z) {
+    const State<kChunks> part =
+        Split<kChunks>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
+                       min(row.pos, z * kSplitKeys + kSplitKeys - 1));
+    if (z == first_split) {
+      st = part;
+    } else {
+      Merge(st, part);
+    }
+  }
+  Finish(a, t, h, st, row.bad);
+}
+
+// One warp per (row, head): merges the row's split partials left to right, as the single-CTA path
+// does.
+template <int kChunks>
+__global__ void __launch_bounds__(kThreads)
+    MergeSplitsKernel(const __grid_constant__ PagedAttentionArgs a) {
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int h = blockIdx.y * kWarps + warp;
+  if (h >= a.heads) return;
+  const Row row = RowOf(a, t);
+  // A row beyond the splits the grid covered (metadata the host's max_seq_len did not describe)
+  // has no partials: NaN, like any bad metadata.
+  const bool bad = row.bad || row.pos / kSplitKeys >= a.num_splits;
+  State<kChunks> st;
+  if (!bad) {
+    for (int z = row.first / kSplitKeys; z <= row.pos / kSplitKeys; ++z) {
+      const float* rec = PartialOf(a, t, h, z);
+      State<kChunks> part;
+      part.m = rec[0];
+      part.l = rec[1];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const int d = lane * kChunks + c;
+        part.acc[c] = d < a.head_dim ? rec[2 + d] : 0.0f;
+      }
+      if (z == row.first / kSplitKeys) {
+        st = part;
+      } else {
+        Merge(st, part);
+      }
+    }
+  }
+  Finish(a, t, h, st, bad);
 }
 
 template <int kChunks>
 cudaError_t Launch(const PagedAttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads));
+  const unsigned head_groups = static_cast<unsigned>((a.heads + kWarps - 1) / kWarps);
+  const bool split_grid = a.partials != nullptr;
+  const dim3 grid(static_cast<unsigned>(a.tokens), head_groups,
+                  split_grid ? static_cast<unsigned>(a.num_splits) : 1u);
   PagedAttentionKernel<kChunks><<<grid, kThreads, 0, stream>>>(a);
+  if (split_grid) {
+    const dim3 merge_grid(static_cast<unsigned>(a.tokens), head_groups);
+    MergeSplitsKernel<kChunks><<<merge_grid, kThreads, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 
@@ -122,6 +264,7 @@ cudaError_t Launch(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream) {
   if (args.tokens == 0 || args.heads == 0) return cudaSuccess;
+  if (args.partials != nullptr && args.num_splits < 1) return cudaErrorInvalidValue;
   // Closed dispatch set over dims per lane; head_dim <= 32 * kChunks.
   if (args.head_dim <= 32) return Launch<1>(args, stream);
   if (args.head_dim <= 64) return Launch<2>(args, stream);

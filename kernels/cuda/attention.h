@@ -13,6 +13,10 @@ namespace xserv::kernels::cuda {
 // dims, dispatched over kHeadDimChunks).
 inline constexpr int kMaxHeadDim = 256;
 
+// Keys are reduced in fixed splits of this many positions (attention.cu); a row's result does not
+// depend on whether its splits ran in parallel CTAs or in one.
+inline constexpr int kSplitKeys = 256;
+
 // The paged-KV view of one layer and one step. Trivially copyable; passed as __grid_constant__.
 struct PagedAttentionArgs {
   const void* q = nullptr;    // bf16 [tokens, heads, head_dim], heads packed
@@ -36,6 +40,11 @@ struct PagedAttentionArgs {
   int num_blocks = 0;
   int sliding_window = 0;  // > 0: keys in (pos - window, pos]
   float scale = 1.0f;
+  // Split grid (null: each row's splits run inside its CTA): f32 records of (m, l, acc[head_dim])
+  // for [tokens, heads, num_splits], num_splits = ceil(max_seq_len / kSplitKeys); a second kernel
+  // merges them.
+  float* partials = nullptr;
+  int num_splits = 0;
 };
 
 // Causal attention of every query row over its sequence's cached keys and values. Rows whose

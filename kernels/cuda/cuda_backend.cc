@@ -2,6 +2,7 @@
 // in ops_*.cc, one file per family.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,7 +28,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
   ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create(
                                       {.batch_invariant = options.batch_invariant,
-                                       .invariant_reference_rows = options.invariant_reference_rows}));
+                                       .invariant_reference_rows = options.invariant_reference_rows,
+                                       .gemv = options.gemv}));
   if (options.profile_ops) backend->profiler_ = std::make_unique<OpProfiler>();
   return backend;
 }
@@ -89,6 +91,17 @@ absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, std::span<const int64_
   // Zeroed on our stream, so fresh KV blocks and scratch are deterministic before any op reads.
   RETURN_IF_CUDA_ERROR(cudaMemsetAsync(data, 0, bytes, stream_));
   return buffer;
+}
+
+absl::Status CudaBackend::Reserve(Buffer& buffer, size_t bytes) {
+  if (!buffer.empty() && static_cast<size_t>(buffer.view().nbytes()) >= bytes) {
+    return absl::OkStatus();
+  }
+  // Grow geometrically so a workload settles after a few steps.
+  const size_t capacity = std::max<size_t>(bytes, buffer.empty() ? 4096 : 2 * buffer.view().nbytes());
+  buffer = Buffer();
+  ASSIGN_OR_RETURN(buffer, Allocate(DType::kU8, {static_cast<int64_t>(capacity)}));
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CopyFromHost(const void* src, const Tensor& dst) {

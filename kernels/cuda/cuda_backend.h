@@ -37,6 +37,7 @@ struct CudaBackendOptions {
   // do not depend on which requests happened to share a step.
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
+  bool gemv = true;                        // see GemmOptions
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };
@@ -123,6 +124,8 @@ class CudaBackend final : public Backend {
   // Sample's device staging (ops_sampling.cc), grown on demand and kept: specs, adjustments with
   // the raw logits they replace, and results.
   Buffer sample_rows_, sample_adjustments_, sample_results_;
+  // Attention's split partials (attention.h), grown on demand.
+  Buffer attention_partials_;
 };
 
 }  // namespace xserv::kernels::cuda

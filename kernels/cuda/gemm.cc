@@ -1,11 +1,13 @@
 #include "kernels/cuda/gemm.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -192,6 +194,24 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
 
 absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   if (c.m == 0 || c.n == 0) return absl::OkStatus();
+  if (options_.gemv && !options_.batch_invariant && c.m <= kGemvMaxRows) {
+    const GemvArgs gemv{.x = c.x,
+                        .ldx = c.ldx,
+                        .w = c.w,
+                        .ldw = c.ldw,
+                        .out = c.out,
+                        .ldo = c.ldo,
+                        .out_type = c.out_type,
+                        .bias = c.bias,
+                        .bias_type = c.bias_type,
+                        .m = static_cast<int>(c.m),
+                        .n = static_cast<int>(c.n),
+                        .k = static_cast<int>(c.k)};
+    if (c.n <= INT32_MAX && c.k <= INT32_MAX && GemvSupports(gemv)) {
+      RETURN_IF_CUDA_ERROR(LaunchGemv(gemv, stream));
+      return absl::OkStatus();
+    }
+  }
   // The epilogue adds a bf16 bias in fp32 before the single rounding of a bf16 output; other
   // combinations (f32 logits, router logits) take the separate bias kernel, which costs an f32
   // output no precision.

@@ -47,6 +47,9 @@ struct GemmOptions {
   // The m at which a family's one algorithm is chosen (batch_invariant only): small favours
   // decode, large favours prefill.
   int64_t invariant_reference_rows = 256;
+  // Calls of at most kGemvMaxRows rows go to the skinny kernel (gemv.h) where it supports them;
+  // off in batch-invariant mode (a row would change bits when the batch crosses the threshold).
+  bool gemv = true;
 };
 
 class GemmRunner {

@@ -1,6 +1,8 @@
 // CudaBackend position and attention ops: Rope, WriteKv, paged Attention. Validation of shapes
 // and dtypes here; the step's metadata (positions, slots, block tables) lives on the device and is
 // bounds-checked by the kernels (NaN rows / skipped slots), or on the host in check_each_op mode.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/attention.h"
@@ -134,7 +136,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   if (options_.check_each_op && tokens > 0) {
     RETURN_IF_ERROR(CheckAttentionMetadata(q, kv, batch));
   }
-  const PagedAttentionArgs args{.q = q.data,
+  PagedAttentionArgs args{.q = q.data,
                                 .q_token_stride = q.stride(0),
                                 .out = out.data,
                                 .out_token_stride = out.stride(0),
@@ -155,6 +157,18 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                 .num_blocks = static_cast<int>(kv.k.dim(0)),
                                 .sliding_window = params.sliding_window,
                                 .scale = params.scale};
+  // Spread the splits over CTAs when the rows alone would leave most SMs idle (decode of few
+  // sequences over long contexts); the result is the same bits either way (attention.cu).
+  constexpr int64_t kFewCtas = 132;
+  constexpr int64_t kMaxPartialRecords = int64_t{1} << 16;
+  const int64_t splits = (std::max(batch.max_seq_len, 1) + kSplitKeys - 1) / kSplitKeys;
+  const int64_t records = tokens * heads * splits;
+  if (splits > 1 && tokens * ((heads + 3) / 4) < kFewCtas && records <= kMaxPartialRecords) {
+    RETURN_IF_ERROR(Reserve(attention_partials_,
+                            static_cast<size_t>(records * (head_dim + 2)) * sizeof(float)));
+    args.partials = static_cast<float*>(attention_partials_.view().data);
+    args.num_splits = static_cast<int>(splits);
+  }
   return Launched(kOp, LaunchPagedAttention(args, stream_));
 }
 

@@ -52,17 +52,6 @@ SampleRowResult FromDevice(const DeviceSampleResult& d) {
 
 }  // namespace
 
-absl::Status CudaBackend::Reserve(Buffer& buffer, size_t bytes) {
-  if (!buffer.empty() && static_cast<size_t>(buffer.view().nbytes()) >= bytes) {
-    return absl::OkStatus();
-  }
-  // Grow geometrically so a workload settles after a few steps.
-  const size_t capacity = std::max<size_t>(bytes, buffer.empty() ? 4096 : 2 * buffer.view().nbytes());
-  buffer = Buffer();
-  ASSIGN_OR_RETURN(buffer, Allocate(DType::kU8, {static_cast<int64_t>(capacity)}));
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackend::Sample(const Tensor& logits, std::span<const SampleRowSpec> rows,
                                  std::span<SampleRowResult> results) {
   constexpr const char* kOp = "Sample";

@@ -100,6 +100,7 @@ TEST_P(CudaAttention, MatchesCpu) {
     b.block_tables = dev ? tables_t.cuda : tables_t.cpu;
     b.num_seqs = num_seqs;
     b.block_size = c.block_size;
+    b.max_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
     return b;
   };
   AttentionParams p_cpu{.scale = 1.0f / std::sqrt(static_cast<float>(hd)),
@@ -130,8 +131,59 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"Hd256Block32", 2, 1, 256, 32, 0, false, {{0, 33}, {95, 1}}},
         AttnCase{"ManyDecodes", 8, 8, 32, 16, 0, false,
                  {{3, 1}, {17, 1}, {0, 1}, {64, 1}, {15, 1}, {16, 1}, {200, 1}, {1, 1}}},
-        AttnCase{"LongPrefillWindowSinks", 8, 2, 64, 16, 128, true, {{0, 300}}}),
+        AttnCase{"LongPrefillWindowSinks", 8, 2, 64, 16, 128, true, {{0, 300}}},
+        // Few rows over long contexts: splits spread over CTAs and merged by a second kernel.
+        AttnCase{"SplitGridGqa", 32, 8, 128, 16, 0, false, {{900, 1}, {300, 1}, {255, 1}}},
+        AttnCase{"SplitGridWindowSinks", 8, 2, 64, 16, 300, true, {{1000, 1}, {511, 2}}}),
     [](const ::testing::TestParamInfo<AttnCase>& info) { return info.param.name; });
+
+// A decode row alone (few rows: its key splits run in parallel CTAs) and the same row next to a
+// long prefill (many rows: its splits run inside its own CTA) give the same bits.
+TEST_F(CudaVsCpuTest, AttentionRowDoesNotDependOnHowItsSplitsRun) {
+  std::mt19937 rng(99);
+  const int64_t heads = 32, kv_heads = 8, hd = 128, block = 16;
+  const int decode_len = 1000, prefill_len = 400;
+  const int blocks_a = (decode_len + block - 1) / block, blocks_b = (prefill_len + block - 1) / block;
+  const int64_t num_blocks = blocks_a + blocks_b;
+  const int width = std::max(blocks_a, blocks_b);
+  std::vector<int32_t> tables(2 * width, 0);
+  for (int b = 0; b < blocks_a; ++b) tables[b] = b;
+  for (int b = 0; b < blocks_b; ++b) tables[width + b] = blocks_a + b;
+  const int64_t pool_elems = num_blocks * block * kv_heads * hd;
+  const Twin k_pool = Upload(RandomBf16(pool_elems, rng), {num_blocks, block, kv_heads, hd});
+  const Twin v_pool = Upload(RandomBf16(pool_elems, rng), {num_blocks, block, kv_heads, hd});
+  const KvLayer kv{k_pool.cuda, v_pool.cuda};
+  const Twin q = Upload(RandomBf16((1 + prefill_len) * heads * hd, rng, -3, 3),
+                        {1 + prefill_len, heads, hd});
+  const Twin tables_t = UploadI32(tables, {2, width});
+  const Twin qs_both = UploadI32({0, 1, 1 + prefill_len}, {3});
+  const Twin lens_both = UploadI32({decode_len, prefill_len}, {2});
+  AttentionParams params{.scale = 1.0f / std::sqrt(static_cast<float>(hd))};
+
+  AttentionBatch alone{.query_start = qs_both.cuda.SliceRows(0, 2),
+                       .seq_lens = lens_both.cuda.SliceRows(0, 1),
+                       .block_tables = tables_t.cuda.SliceRows(0, 1),
+                       .num_seqs = 1,
+                       .max_query_len = 1,
+                       .max_seq_len = decode_len,
+                       .block_size = static_cast<int>(block)};
+  const Twin out_alone = Poisoned({1, heads, hd});
+  ASSERT_TRUE(cuda().Attention(q.cuda.SliceRows(0, 1), kv, alone, params, out_alone.cuda).ok());
+  AttentionBatch both{.query_start = qs_both.cuda,
+                      .seq_lens = lens_both.cuda,
+                      .block_tables = tables_t.cuda,
+                      .num_seqs = 2,
+                      .max_query_len = prefill_len,
+                      .max_seq_len = decode_len,
+                      .block_size = static_cast<int>(block)};
+  const Twin out_both = Poisoned({1 + prefill_len, heads, hd});
+  ASSERT_TRUE(cuda().Attention(q.cuda, kv, both, params, out_both.cuda).ok());
+  const std::vector<float> a = DownloadCuda(out_alone.cuda);
+  const std::vector<float> b = DownloadCuda(out_both.cuda.SliceRows(0, 1));
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](float x) { return std::isfinite(x); }));
+}
 
 }  // namespace
 }  // namespace xserv::kernels::cuda::testing

@@ -11,16 +11,21 @@
 namespace xserv::kernels::testing {
 namespace {
 
+// Two cases: the default (cuBLASLt heuristic, skinny GEMV for decode rows) and the
+// batch-invariant mode, which alone promises rows independent of the batch.
 std::vector<BackendCase> CudaCases() {
   auto info = xserv::cuda::QueryRuntime();
   if (!info.ok() || info->devices.empty()) return {};
-  return {BackendCase{.name = "Cuda",
-                      .make = []() -> std::unique_ptr<Backend> {
-                        auto backend = cuda::CudaBackend::Create(
-                            cuda::CudaBackendOptions{.device = 0, .check_each_op = true});
-                        if (!backend.ok()) return nullptr;
-                        return std::move(*backend);
-                      }}};
+  auto make = [](bool invariant) {
+    return [invariant]() -> std::unique_ptr<Backend> {
+      auto backend = cuda::CudaBackend::Create(cuda::CudaBackendOptions{
+          .device = 0, .check_each_op = true, .batch_invariant = invariant});
+      if (!backend.ok()) return nullptr;
+      return std::move(*backend);
+    };
+  };
+  return {BackendCase{.name = "Cuda", .make = make(false), .batch_invariant = false},
+          BackendCase{.name = "CudaBatchInvariant", .make = make(true), .batch_invariant = true}};
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ElementwiseOpTest);

@@ -59,6 +59,7 @@ struct BenchConfig {
   int64_t block_size = 16;
   uint64_t seed = 0;
   bool profile_ops = false;
+  bool gemv = true;
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
 };
 
@@ -296,6 +297,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"block_size", cfg.block_size},
         {"repeats", cfg.repeats},
         {"profile_ops", cfg.profile_ops},
+        {"gemv", cfg.gemv},
         {"batches", cfg.batches}}},
       {"metrics", std::move(metrics)}};
 }
@@ -316,6 +318,7 @@ absl::Status Run(const BenchConfig& cfg) {
         {.device = 0,
          .batch_invariant = cfg.batch_invariant,
          .invariant_reference_rows = cfg.invariant_reference_rows,
+         .gemv = cfg.gemv,
          .profile_ops = cfg.profile_ops}));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
@@ -402,6 +405,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed of the random prompts")->capture_default_str();
+  app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
+      ->capture_default_str();
   app.add_flag("--profile-ops", cfg.profile_ops,
                "cuda: one more run per batch size timing every op on the GPU (see the header)");
   app.add_option("--profile-hold-us", cfg.hold_us,

@@ -30,6 +30,9 @@ using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 struct BackendCase {
   std::string name;  // test-name suffix: letters, digits and underscores only
   BackendFactory make;
+  // Whether the backend promises batch-invariant matmuls (the CPU always; CUDA in its
+  // batch-invariant mode only). The invariance test skips backends that do not.
+  bool batch_invariant = true;
 };
 
 // gtest prints parameters of failing tests; the name is all that identifies a case.

@@ -260,8 +260,11 @@ TEST_P(ElementwiseOpTest, ZeroClearsEveryElement) {
   const std::vector<float> got = Download(rows);
   for (int64_t i = 0; i < 4 * 64; ++i) {
     const bool cleared = i >= 64 && i < 3 * 64;
-    if (cleared) ASSERT_EQ(got[i], 0.0f) << i;
-    if (!cleared) ASSERT_NE(got[i], 0.0f) << i;
+    if (cleared) {
+      ASSERT_EQ(got[i], 0.0f) << i;
+    } else {
+      ASSERT_NE(got[i], 0.0f) << i;
+    }
   }
   EXPECT_FALSE(backend().Zero(t.SliceLast(0, 5)).ok());  // strided
 }

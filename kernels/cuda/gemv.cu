@@ -1,0 +1,130 @@
+// Skinny GEMM (m <= 8 rows) for decode: bandwidth-bound on the weights, so the tile is built to
+// keep many 16-byte weight loads in flight and to read each weight byte exactly once.
+//
+// Tile: a 256-thread CTA stages x [m, k] in shared memory (bf16), then each of its 8 warps takes
+// output columns n = warp_global, warp_global + total_warps, ...; for a column the warp streams
+// row n of w, lane i reading 16-byte chunks i, i + 32, ... (8 bf16 each), and keeps one fp32
+// partial per x row. The partials are summed by a butterfly, so each output is reduced in a fixed
+// order that depends only on k: the result for a row does not depend on m (no atomics, no
+// split-k).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kChunk = 8;  // bf16 per 16-byte load
+
+__device__ __forceinline__ float Load(const void* p, ElemType type, int64_t i) {
+  return type == ElemType::kF32 ? static_cast<const float*>(p)[i]
+                                : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+template <int kRows>
+__global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
+  extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16
+  const int chunks = a.k / kChunk;
+  for (int i = threadIdx.x; i < kRows * chunks; i += kThreads) {
+    const int r = i / chunks, c = i % chunks;
+    s_x[i] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarpSize;
+  const int total_warps = gridDim.x * kWarps;
+  for (int n = blockIdx.x * kWarps + threadIdx.x / kWarpSize; n < a.n; n += total_warps) {
+    const uint4* w = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) +
+                                                    static_cast<int64_t>(n) * a.ldw);
+    float acc[kRows] = {};
+#pragma unroll 4
+    for (int c = lane; c < chunks; c += kWarpSize) {
+      const uint4 wv = __ldcs(w + c);  // streamed once: do not keep in L2
+      const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv);
+      float2 wf[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wf[j] = __bfloat1622float2(wp[j]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint4 xv = s_x[r * chunks + c];
+        const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 xf = __bfloat1622float2(xp[j]);
+          acc[r] = fmaf(wf[j].x, xf.x, acc[r]);
+          acc[r] = fmaf(wf[j].y, xf.y, acc[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = WarpSum(acc[r]);
+    if (lane < kRows) {
+      float v = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) v = lane == r ? acc[r] : v;
+      if (a.bias != nullptr) v += Load(a.bias, a.bias_type, n);
+      const int64_t o = static_cast<int64_t>(lane) * a.ldo + n;
+      if (a.out_type == ElemType::kF32) {
+        static_cast<float*>(a.out)[o] = v;
+      } else {
+        static_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
+template <int kRows>
+cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
+  static bool configured = false;  // per instantiation; the limit is a property of the kernel
+  if (!configured) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        GemvKernel<kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(kGemvMaxSharedBytes));
+    if (err != cudaSuccess) return err;
+    configured = true;
+  }
+  static const int sms = [] {  // one device per process
+    int device = 0, count = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) {
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    }
+    return count;
+  }();
+  // Enough warps to cover every column once, capped at a few CTAs per SM (each stages x).
+  const int64_t needed = (a.n + kWarps - 1) / kWarps;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(needed, 4LL * sms));
+  GemvKernel<kRows><<<grid, kThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool GemvSupports(const GemvArgs& a) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.k >= kChunk && a.k % kChunk == 0 &&
+         a.ldx % kChunk == 0 && a.ldw % kChunk == 0 && aligned(a.x) && aligned(a.w) &&
+         static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes &&
+         (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&
+         (a.bias == nullptr || a.bias_type == ElemType::kF32 || a.bias_type == ElemType::kBF16);
+}
+
+cudaError_t LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.m) {
+    case 1: return Launch<1>(a, stream);
+    case 2: return Launch<2>(a, stream);
+    case 3: return Launch<3>(a, stream);
+    case 4: return Launch<4>(a, stream);
+    case 5: return Launch<5>(a, stream);
+    case 6: return Launch<6>(a, stream);
+    case 7: return Launch<7>(a, stream);
+    case 8: return Launch<8>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,37 @@
+// Launcher of the skinny GEMM for decode (gemv.cu): out[m, n] = x[m, k] · w[n, k]^T (+ bias[n])
+// for a handful of rows, streaming the bf16 weights once at close to the HBM bandwidth. GemmRunner
+// sends such calls here instead of cuBLASLt when GemvSupports says yes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kernel_types.h"
+
+namespace xserv::kernels::cuda {
+
+inline constexpr int64_t kGemvMaxRows = 8;
+// x is staged in shared memory as bf16: m * k * 2 bytes must fit.
+inline constexpr int64_t kGemvMaxSharedBytes = 96 * 1024;
+
+struct GemvArgs {
+  const void* x = nullptr;  // bf16 [m, k], row stride ldx
+  int64_t ldx = 0;
+  const void* w = nullptr;  // bf16 [n, k], row stride ldw
+  int64_t ldw = 0;
+  void* out = nullptr;      // out_type [m, n], row stride ldo
+  int64_t ldo = 0;
+  ElemType out_type = ElemType::kBF16;
+  const void* bias = nullptr;  // bias_type [n] or null
+  ElemType bias_type = ElemType::kBF16;
+  int m = 0, n = 0, k = 0;
+};
+
+// m in [1, kGemvMaxRows], k a multiple of 8, 16-byte aligned rows of x and w, x small enough for
+// shared memory, bf16 or f32 output and bias.
+bool GemvSupports(const GemvArgs& args);
+
+cudaError_t LaunchGemv(const GemvArgs& args, cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda
