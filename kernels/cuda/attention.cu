@@ -71,10 +71,27 @@ __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
   return r;
 }
 
-// Dot of the scaled query (shared memory, fp32) with one bf16 key row, dims in order.
+// Dot of the scaled query (shared memory, fp32) with one bf16 key row, dims in order. kDim > 0:
+// head_dim known at compile time, so every 16-byte load of the row is issued before the first
+// use (memory-level parallelism is what a decode tile lives on).
+template <int kDim>
 __device__ __forceinline__ float Dot(const float* q, const bf16* k, int head_dim) {
   float dot = 0.0f;
-  if (head_dim % 8 == 0) {
+  if constexpr (kDim > 0) {
+    uint4 raw[kDim / 8];
+#pragma unroll
+    for (int i = 0; i < kDim / 8; ++i) raw[i] = reinterpret_cast<const uint4*>(k)[i];
+#pragma unroll
+    for (int i = 0; i < kDim / 8; ++i) {
+      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw[i]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(pair[j]);
+        dot += q[8 * i + 2 * j] * f.x;
+        dot += q[8 * i + 2 * j + 1] * f.y;
+      }
+    }
+  } else if (head_dim % 8 == 0) {
     for (int d = 0; d < head_dim; d += 8) {
       const uint4 raw = *reinterpret_cast<const uint4*>(k + d);
       const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -91,8 +108,25 @@ __device__ __forceinline__ float Dot(const float* q, const bf16* k, int head_dim
   return dot;
 }
 
+// A lane's kChunks consecutive dims of one value row (zeros past head_dim).
+template <int kChunks, bool kExact>
+__device__ __forceinline__ void LoadDims(const bf16* v, int d0, int head_dim, float* out) {
+  if constexpr (kExact && kChunks % 2 == 0) {
+    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(v + d0);
+#pragma unroll
+    for (int c = 0; c < kChunks / 2; ++c) {
+      const float2 f = __bfloat1622float2(pair[c]);
+      out[2 * c] = f.x;
+      out[2 * c + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) out[c] = d0 + c < head_dim ? ToFloat(v[d0 + c]) : 0.0f;
+  }
+}
+
 // The warp's query head over keys [lo, hi] (one split clipped to the row's range).
-template <int kChunks>
+template <int kChunks, bool kExact>
 __device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, const float* q,
                                 const bf16* k_cache, const bf16* v_cache, int lo, int hi) {
   const int lane = threadIdx.x % kWarpSize;
@@ -112,7 +146,9 @@ __device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, con
         slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
       }
     }
-    const float score = slot >= 0 ? Dot(q, k_cache + slot * slot_elems, a.head_dim) : -INFINITY;
+    const float score =
+        slot >= 0 ? Dot<kExact ? kChunks * kWarpSize : 0>(q, k_cache + slot * slot_elems, a.head_dim)
+                  : -INFINITY;
     const float m_new = fmaxf(st.m, WarpMax(score));
     if (m_new == -INFINITY) continue;  // nothing valid yet (uniform across the warp)
     const float p = slot >= 0 ? expf(score - m_new) : 0.0f;
@@ -120,15 +156,27 @@ __device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, con
     st.l = st.l * correction + WarpSum(p);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) st.acc[c] *= correction;
+    // Values: 8 keys' rows loaded before they are used, then added in key order.
     const int d0 = lane * kChunks;
-    for (int i = 0; i < kWarpSize && base + i <= hi; ++i) {
-      const float pi = __shfl_sync(kFullMask, p, i);
-      const int64_t si = __shfl_sync(kFullMask, slot, i);
-      if (si < 0) continue;
-      const bf16* v = v_cache + si * slot_elems;
+    constexpr int kUnroll = 8;
+    for (int i0 = 0; i0 < kWarpSize && base + i0 <= hi; i0 += kUnroll) {
+      float p_u[kUnroll];
+      float v_u[kUnroll][kChunks];
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        if (d0 + c < a.head_dim) st.acc[c] += pi * ToFloat(v[d0 + c]);
+      for (int u = 0; u < kUnroll; ++u) {
+        p_u[u] = __shfl_sync(kFullMask, p, i0 + u);
+        const int64_t si = __shfl_sync(kFullMask, slot, i0 + u);
+        if (si >= 0) {
+          LoadDims<kChunks, kExact>(v_cache + si * slot_elems, d0, a.head_dim, v_u[u]);
+        } else {
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) v_u[u][c] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) st.acc[c] += p_u[u] * v_u[u][c];
       }
     }
     st.m = m_new;
@@ -162,7 +210,7 @@ __device__ __forceinline__ float* PartialOf(const PagedAttentionArgs& a, int t, 
   return a.partials + ((static_cast<int64_t>(t) * a.heads + h) * a.num_splits + z) * record;
 }
 
-template <int kChunks>
+template <int kChunks, bool kExact>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   __shared__ float s_q[kWarps][kChunks * kWarpSize];
@@ -186,7 +234,7 @@ __global__ void __launch_bounds__(kThreads)
     const int z = blockIdx.z;
     if (z < first_split || z > last_split) return;
     const State<kChunks> st =
-        Split<kChunks>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
+        Split<kChunks, kExact>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
                        min(row.pos, z * kSplitKeys + kSplitKeys - 1));
     float* rec = PartialOf(a, t, h, z);
     if (lane == 0) rec[0] = st.m, rec[1] = st.l;
@@ -200,7 +248,7 @@ __global__ void __launch_bounds__(kThreads)
   State<kChunks> st;
   for (int z = first_split; z <= last_split; ++z) {
     const State<kChunks> part =
-        Split<kChunks>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
+        Split<kChunks, kExact>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
                        min(row.pos, z * kSplitKeys + kSplitKeys - 1));
     if (z == first_split) {
       st = part;
@@ -248,11 +296,16 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kChunks>
 cudaError_t Launch(const PagedAttentionArgs& a, cudaStream_t stream) {
+  const bool exact = a.head_dim == kChunks * kWarpSize;
   const unsigned head_groups = static_cast<unsigned>((a.heads + kWarps - 1) / kWarps);
   const bool split_grid = a.partials != nullptr;
   const dim3 grid(static_cast<unsigned>(a.tokens), head_groups,
                   split_grid ? static_cast<unsigned>(a.num_splits) : 1u);
-  PagedAttentionKernel<kChunks><<<grid, kThreads, 0, stream>>>(a);
+  if (exact) {
+    PagedAttentionKernel<kChunks, true><<<grid, kThreads, 0, stream>>>(a);
+  } else {
+    PagedAttentionKernel<kChunks, false><<<grid, kThreads, 0, stream>>>(a);
+  }
   if (split_grid) {
     const dim3 merge_grid(static_cast<unsigned>(a.tokens), head_groups);
     MergeSplitsKernel<kChunks><<<merge_grid, kThreads, 0, stream>>>(a);

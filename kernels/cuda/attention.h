@@ -15,7 +15,7 @@ inline constexpr int kMaxHeadDim = 256;
 
 // Keys are reduced in fixed splits of this many positions (attention.cu); a row's result does not
 // depend on whether its splits ran in parallel CTAs or in one.
-inline constexpr int kSplitKeys = 256;
+inline constexpr int kSplitKeys = 64;
 
 // The paged-KV view of one layer and one step. Trivially copyable; passed as __grid_constant__.
 struct PagedAttentionArgs {

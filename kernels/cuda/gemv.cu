@@ -2,9 +2,9 @@
 // keep many 16-byte weight loads in flight and to read each weight byte exactly once.
 //
 // Tile: a 256-thread CTA stages x [m, k] in shared memory (bf16), then each of its 8 warps takes
-// output columns n = warp_global, warp_global + total_warps, ...; for a column the warp streams
-// row n of w, lane i reading 16-byte chunks i, i + 32, ... (8 bf16 each), and keeps one fp32
-// partial per x row. The partials are summed by a butterfly, so each output is reduced in a fixed
+// groups of kCols output columns (1, 2 or 4: as many as leave every SM 16 warps) in a grid-stride
+// loop; for a group the warp streams those rows of w, lane i reading 16-byte chunks i, i + 32, ...
+// (8 bf16 each), and keeps one fp32 partial per (column, x row). The partials are summed by a butterfly, so each output is reduced in a fixed
 // order that depends only on k: the result for a row does not depend on m (no atomics, no
 // split-k).
 #include <cuda_bf16.h>
@@ -26,7 +26,7 @@ __device__ __forceinline__ float Load(const void* p, ElemType type, int64_t i) {
                                 : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 
-template <int kRows>
+template <int kRows, int kCols>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
   extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16
   const int chunks = a.k / kChunk;
@@ -37,57 +37,86 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
   __syncthreads();
   const int lane = threadIdx.x % kWarpSize;
   const int total_warps = gridDim.x * kWarps;
-  for (int n = blockIdx.x * kWarps + threadIdx.x / kWarpSize; n < a.n; n += total_warps) {
-    const uint4* w = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) +
-                                                    static_cast<int64_t>(n) * a.ldw);
-    float acc[kRows] = {};
-#pragma unroll 4
-    for (int c = lane; c < chunks; c += kWarpSize) {
-      const uint4 wv = __ldcs(w + c);  // streamed once: do not keep in L2
-      const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv);
-      float2 wf[4];
+  for (int n0 = (blockIdx.x * kWarps + threadIdx.x / kWarpSize) * kCols; n0 < a.n;
+       n0 += total_warps * kCols) {
+    const uint4* w[kCols];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) wf[j] = __bfloat1622float2(wp[j]);
+    for (int j = 0; j < kCols; ++j) {
+      // Columns past n re-read the last row (in bounds); their sums are never stored.
+      const int n = min(n0 + j, a.n - 1);
+      w[j] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) +
+                                            static_cast<int64_t>(n) * a.ldw);
+    }
+    float acc[kCols][kRows] = {};
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += kWarpSize) {
+      uint4 wv[kCols];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) wv[j] = __ldcs(w[j] + c);  // read once: keep out of L2
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const uint4 xv = s_x[r * chunks + c];
         const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
+        float2 xf[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 xf = __bfloat1622float2(xp[j]);
-          acc[r] = fmaf(wf[j].x, xf.x, acc[r]);
-          acc[r] = fmaf(wf[j].y, xf.y, acc[r]);
+        for (int i = 0; i < 4; ++i) xf[i] = __bfloat1622float2(xp[i]);
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv[j]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 wf = __bfloat1622float2(wp[i]);
+            acc[j][r] = fmaf(wf.x, xf[i].x, acc[j][r]);
+            acc[j][r] = fmaf(wf.y, xf[i].y, acc[j][r]);
+          }
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = WarpSum(acc[r]);
-    if (lane < kRows) {
-      float v = 0.0f;
+    for (int j = 0; j < kCols; ++j) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) v = lane == r ? acc[r] : v;
-      if (a.bias != nullptr) v += Load(a.bias, a.bias_type, n);
-      const int64_t o = static_cast<int64_t>(lane) * a.ldo + n;
-      if (a.out_type == ElemType::kF32) {
-        static_cast<float*>(a.out)[o] = v;
-      } else {
-        static_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(v);
+      for (int r = 0; r < kRows; ++r) acc[j][r] = WarpSum(acc[j][r]);
+    }
+    // Lane j * kRows + r stores column n0 + j of row r.
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int n = n0 + j;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (lane != j * kRows + r % kWarpSize || n >= a.n) continue;
+        float v = acc[j][r];
+        if (a.bias != nullptr) v += Load(a.bias, a.bias_type, n);
+        const int64_t o = static_cast<int64_t>(r) * a.ldo + n;
+        if (a.out_type == ElemType::kF32) {
+          static_cast<float*>(a.out)[o] = v;
+        } else {
+          static_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(v);
+        }
       }
     }
   }
 }
 
-template <int kRows>
-cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+template <int kRows, int kCols>
+cudaError_t LaunchWith(const GemvArgs& a, int sms, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
   static bool configured = false;  // per instantiation; the limit is a property of the kernel
   if (!configured) {
     const cudaError_t err = cudaFuncSetAttribute(
-        GemvKernel<kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        GemvKernel<kRows, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         static_cast<int>(kGemvMaxSharedBytes));
     if (err != cudaSuccess) return err;
     configured = true;
   }
+  // Enough warps to cover every column group once, capped at a few CTAs per SM (each stages x).
+  const int64_t needed = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(needed, 4LL * sms));
+  GemvKernel<kRows, kCols><<<grid, kThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <int kRows>
+cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   static const int sms = [] {  // one device per process
     int device = 0, count = 132;
     if (cudaGetDevice(&device) == cudaSuccess) {
@@ -95,11 +124,13 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
     }
     return count;
   }();
-  // Enough warps to cover every column once, capped at a few CTAs per SM (each stages x).
-  const int64_t needed = (a.n + kWarps - 1) / kWarps;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(needed, 4LL * sms));
-  GemvKernel<kRows><<<grid, kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
+  // More columns per warp read x from shared memory fewer times per weight byte, but leave fewer
+  // warps to hide latency: take the most that still gives every SM 16 warps. Each output's
+  // reduction order is the same whatever the choice.
+  const int64_t warps_wanted = 16LL * sms;
+  if (a.n >= 4 * warps_wanted) return LaunchWith<kRows, 4>(a, sms, stream);
+  if (a.n >= 2 * warps_wanted) return LaunchWith<kRows, 2>(a, sms, stream);
+  return LaunchWith<kRows, 1>(a, sms, stream);
 }
 
 }  // namespace

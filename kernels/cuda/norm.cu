@@ -1,6 +1,7 @@
 // RMSNorm (optionally fused with the residual add) and LayerNorm over bf16 rows.
 //
-// Tile: one row per kWarpsPerRow warps. Short rows (cols <= 512: QK-norm over head_dim, tiny
+// Tile: long rows of whole 16-byte vectors take RmsNormVecKernel (below). Otherwise one row per
+// kWarpsPerRow warps. Short rows (cols <= 512: QK-norm over head_dim, tiny
 // models) take one warp each, 8 rows per 256-thread CTA; long rows (hidden sizes) take a whole
 // 256-thread CTA. Each thread owns the columns c = lane_in_row + k * threads_per_row, in both
 // passes, which is what makes out aliasing x or residual safe: a thread only rewrites elements it
@@ -87,12 +88,107 @@ __global__ void __launch_bounds__(kThreads) LayerNormKernel(const __grid_constan
   }
 }
 
+// Long rows with 16-byte aligned, whole 8-element vectors (hidden sizes): one 256-thread CTA per
+// row, each thread holding its kVecs vectors in registers between the two passes (one load of
+// x and residual, one of the weight), so a decode step's single row is not a chain of dependent
+// round trips to memory.
+constexpr int kVecElems = 8;
+
+__device__ __forceinline__ void Unpack(const uint4& raw, float* out) {
+  const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pair[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ uint4 Pack(const float* in) {
+  uint4 raw;
+  __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+  return raw;
+}
+
+template <int kVecs>
+__global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
+  __shared__ float scratch[kThreads / kWarpSize];
+  const int64_t row = blockIdx.x;
+  const int vecs = static_cast<int>(a.x.cols / kVecElems);
+  const uint4* x = reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.x, row));
+  uint4* res = a.residual.data != nullptr
+                   ? reinterpret_cast<uint4*>(RowPtr<bf16>(a.residual, row))
+                   : nullptr;
+  uint4* out = reinterpret_cast<uint4*>(RowPtr<bf16>(a.out, row));
+  const uint4* w = static_cast<const uint4*>(a.weight);
+  float v[kVecs][kVecElems];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    if (c >= vecs) continue;
+    Unpack(x[c], v[i]);
+    if (res != nullptr) {
+      float r[kVecElems];
+      Unpack(res[c], r);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) r[e] += v[i][e];
+      const uint4 stored = Pack(r);
+      res[c] = stored;
+      Unpack(stored, v[i]);  // normalise exactly what the residual stream now holds
+    }
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e) sum_sq += v[i][e] * v[i][e];
+  }
+  sum_sq = CtaSum<kThreads / kWarpSize>(sum_sq, scratch);
+  const float inv = rsqrtf(sum_sq / static_cast<float>(a.x.cols) + a.eps);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    if (c >= vecs) continue;
+    float wf[kVecElems];
+    Unpack(w[c], wf);
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e) wf[e] *= v[i][e] * inv;
+    out[c] = Pack(wf);
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Vectors per thread for the register-resident kernel, or 0 when the row does not qualify.
+int VecsPerThread(const NormArgs& a) {
+  const int64_t cols = a.x.cols;
+  if (cols <= kShortRowCols || cols % kVecElems != 0 || cols > 8LL * kThreads * kVecElems) {
+    return 0;
+  }
+  for (const RowsView* v : {&a.x, &a.residual, &a.out}) {
+    if (v->data != nullptr && (!Aligned16(v->data) || v->stride % kVecElems != 0)) return 0;
+  }
+  if (!Aligned16(a.weight)) return 0;
+  const int64_t vecs = cols / kVecElems;
+  for (int k : {1, 2, 4, 8}) {
+    if (vecs <= static_cast<int64_t>(k) * kThreads) return k;
+  }
+  return 0;
+}
+
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream) {
   if (args.x.rows == 0) return cudaSuccess;
+  const unsigned rows = static_cast<unsigned>(args.x.rows);
+  switch (VecsPerThread(args)) {
+    case 1: RmsNormVecKernel<1><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
+    case 2: RmsNormVecKernel<2><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
+    case 4: RmsNormVecKernel<4><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
+    case 8: RmsNormVecKernel<8><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
+    default: break;
+  }
   if (args.x.cols <= kShortRowCols) {
     RmsNormKernel<1><<<Ceil(args.x.rows, kThreads / kWarpSize), kThreads, 0, stream>>>(args);
   } else {

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 
 BUILD_DIR=${BUILD_DIR:-build}
 OUT_DIR=${BUNDLE_DIR:-.bundle}
-LIMIT_MIB=${BUNDLE_LIMIT_MIB:-60}
+LIMIT_MIB=${BUNDLE_LIMIT_MIB:-50}  # the work tree travels too, under the 64 MiB carry limit
 
 bins=("$@")
 if ((${#bins[@]} == 0)); then

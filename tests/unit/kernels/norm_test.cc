@@ -14,7 +14,7 @@ namespace {
 
 constexpr Tolerance kNormTol{.f32 = 1e-5, .bf16 = 2e-2};
 constexpr int64_t kRowCounts[] = {1, 2, 17, 40};
-constexpr int64_t kHiddenSizes[] = {1, 8, 100, 2880};
+constexpr int64_t kHiddenSizes[] = {1, 8, 100, 2880, 4096};
 
 std::vector<double> RmsNormRef(const std::vector<float>& x, const std::vector<float>& w,
                                int64_t hidden, double eps) {
