@@ -25,7 +25,10 @@ std::vector<BackendCase> CudaCases() {
     };
   };
   return {BackendCase{.name = "Cuda", .make = make(false), .batch_invariant = false},
-          BackendCase{.name = "CudaBatchInvariant", .make = make(true), .batch_invariant = true}};
+          BackendCase{.name = "CudaBatchInvariant",
+                      .make = make(true),
+                      .batch_invariant = true,
+                      .may_refuse_tiny_matmuls = true}};
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ElementwiseOpTest);

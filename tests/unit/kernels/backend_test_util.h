@@ -33,6 +33,9 @@ struct BackendCase {
   // Whether the backend promises batch-invariant matmuls (the CPU always; CUDA in its
   // batch-invariant mode only). The invariance test skips backends that do not.
   bool batch_invariant = true;
+  // cuBLASLt's batch-invariant mode has no algorithm for some shapes no model has (n or k below
+  // 8); such calls may be refused with Unimplemented instead of computed.
+  bool may_refuse_tiny_matmuls = false;
 };
 
 // gtest prints parameters of failing tests; the name is all that identifies a case.

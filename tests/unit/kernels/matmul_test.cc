@@ -48,7 +48,12 @@ TEST_P(MatmulOpTest, MatchesReference) {
     Tensor tx = Upload(x, {c.m, ld}).SliceLast(c.x_pad, ld);  // the last K columns
     Tensor tw = Upload(w, {c.n, c.k}), tb = Upload(b, {c.n});
     Tensor out = Poisoned({c.m, c.n});
-    ASSERT_TRUE(backend().Matmul(tx, tw, c.bias ? &tb : nullptr, out).ok());
+    const absl::Status status = backend().Matmul(tx, tw, c.bias ? &tb : nullptr, out);
+    if (status.code() == absl::StatusCode::kUnimplemented && GetParam().may_refuse_tiny_matmuls &&
+        (c.n < 8 || c.k < 8)) {
+      continue;
+    }
+    ASSERT_TRUE(status.ok()) << status;
     std::vector<double> expected(c.m * c.n), scale(c.m * c.n);
     for (int64_t i = 0; i < c.m; ++i) {
       for (int64_t j = 0; j < c.n; ++j) {
