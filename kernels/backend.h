@@ -162,6 +162,20 @@ class Backend {
                               std::span<SampleRowResult> results) = 0;
   // Every element of contiguous `t` set to zero (any dtype).
   virtual absl::Status Zero(const Tensor& t) = 0;
+
+  // ---- graphs (optional) ----------------------------------------------------------------------
+  // Between BeginCapture and EndCapture ops are recorded instead of run (no op may copy to or
+  // from the host, synchronise or allocate meanwhile); Replay(graph) runs the recording again,
+  // reading whatever its tensors hold by then. Saves the per-op launch cost of small steps.
+  // Backends without graphs return Unimplemented, and callers run the ops directly.
+  virtual absl::Status BeginCapture() { return absl::UnimplementedError("no graph capture"); }
+  // Ends the capture (also after a failed op, which it then reports) and returns the graph.
+  virtual absl::StatusOr<int64_t> EndCapture() {
+    return absl::UnimplementedError("no graph capture");
+  }
+  virtual absl::Status Replay(int64_t graph) {
+    return absl::UnimplementedError("no graph capture");
+  }
 };
 
 }  // namespace xserv::kernels

@@ -47,6 +47,7 @@ struct WorkerFlags {
   std::string model_dir;
   std::string backend = "cpu";
   bool batch_invariant = false;
+  bool cuda_graphs = true;
   std::string host = "127.0.0.1";
   int port = 50061;
   std::string port_file;
@@ -417,6 +418,7 @@ int Run(const WorkerFlags& f) {
   ec.step_comm = groups->world;
   ec.step_root = LeaderRank(f);
   ec.pipeline = LinkOf(f, groups->world);
+  ec.graphs = f.backend == "cuda" && f.cuda_graphs;
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = *num_blocks;
@@ -485,6 +487,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-invariant", f.batch_invariant,
                  "cuda: matmul results independent of batch composition, so concurrent greedy "
                  "requests are reproducible (costs some speed)")
+      ->capture_default_str();
+  app.add_option("--cuda-graphs", f.cuda_graphs,
+                 "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")
       ->capture_default_str();
   app.add_option("--host", f.host, "listen address")->capture_default_str();
   app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();

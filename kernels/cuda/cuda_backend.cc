@@ -45,9 +45,48 @@ absl::StatusOr<std::vector<OpTime>> CudaBackend::TakeOpProfile() {
   return profiler_->Take();
 }
 
+absl::Status CudaBackend::BeginCapture() {
+  if (options_.check_each_op || profiler_ != nullptr) {
+    return absl::FailedPreconditionError("graph capture is off in check and profile modes");
+  }
+  if (capturing_) return absl::FailedPreconditionError("already capturing");
+  // Thread-local mode: CUDA calls of other threads (e.g. a communicator's) are not captured
+  // and do not invalidate this capture.
+  RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaBackend::EndCapture() {
+  if (!capturing_) return absl::FailedPreconditionError("not capturing");
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  if (end != cudaSuccess) {
+    (void)cudaGetLastError();  // an invalidated capture is not sticky
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return absl::InternalError(absl::StrCat("graph capture failed: ", cudaGetErrorString(end)));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  RETURN_IF_CUDA_ERROR(made);
+  graphs_.push_back(exec);
+  return static_cast<int64_t>(graphs_.size()) - 1;
+}
+
+absl::Status CudaBackend::Replay(int64_t graph) {
+  if (graph < 0 || graph >= static_cast<int64_t>(graphs_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no graph ", graph));
+  }
+  RETURN_IF_CUDA_ERROR(cudaGraphLaunch(graphs_[graph], stream_));
+  return absl::OkStatus();
+}
+
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
+    for (cudaGraphExec_t exec : graphs_) cudaGraphExecDestroy(exec);
     gemm_.reset();
     profiler_.reset();
     cudaStreamDestroy(stream_);
@@ -99,8 +138,10 @@ absl::Status CudaBackend::Reserve(Buffer& buffer, size_t bytes) {
   }
   // Grow geometrically so a workload settles after a few steps.
   const size_t capacity = std::max<size_t>(bytes, buffer.empty() ? 4096 : 2 * buffer.view().nbytes());
-  buffer = Buffer();
-  ASSIGN_OR_RETURN(buffer, Allocate(DType::kU8, {static_cast<int64_t>(capacity)}));
+  ASSIGN_OR_RETURN(Buffer grown, Allocate(DType::kU8, {static_cast<int64_t>(capacity)}));
+  // A captured graph may still point at the old buffer: keep it alive with the backend.
+  if (!buffer.empty()) retired_.push_back(std::move(buffer));
+  buffer = std::move(grown);
   return absl::OkStatus();
 }
 

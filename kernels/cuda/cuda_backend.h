@@ -101,6 +101,12 @@ class CudaBackend final : public Backend {
                       std::span<SampleRowResult> results) override;
   absl::Status Zero(const Tensor& t) override;
 
+  // CUDA graphs of the backend's stream (not in check_each_op or profile_ops mode, which
+  // synchronise per op).
+  absl::Status BeginCapture() override;
+  absl::StatusOr<int64_t> EndCapture() override;
+  absl::Status Replay(int64_t graph) override;
+
  private:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
 
@@ -114,7 +120,8 @@ class CudaBackend final : public Backend {
   absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
                                       const AttentionBatch& batch);
 
-  // `buffer` holds at least `bytes` (reallocated, contents lost, when it does not).
+  // `buffer` holds at least `bytes` (reallocated, contents lost, when it does not; the old
+  // allocation is retired, not freed, since a graph may use it).
   absl::Status Reserve(Buffer& buffer, size_t bytes);
 
   CudaBackendOptions options_;
@@ -126,6 +133,9 @@ class CudaBackend final : public Backend {
   Buffer sample_rows_, sample_adjustments_, sample_results_;
   // Attention's split partials (attention.h), grown on demand.
   Buffer attention_partials_;
+  std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index
+  std::vector<Buffer> retired_;          // scratch outgrown by Reserve, still in graphs
+  bool capturing_ = false;
 };
 
 }  // namespace xserv::kernels::cuda

@@ -4,6 +4,7 @@ a HF directory with the real tokenizer, and writes the transformers reference fo
 logprobs of N prompts x L tokens and greedy continuations.
 
 Usage: python3 e2e_reference.py --arch qwen3-8b --tokenizer DIR --out DIR [--prompts 32 --len 256]
+       [--model-only: write OUT/model and stop]
 Writes OUT/model/ (config, safetensors, tokenizer files) and OUT/reference.json:
   {"prompts": [[ids]], "logprobs": [[null, lp1, ...]], "top1": [[id...]], "margin": [[...]],
    "greedy": [[ids]]}
@@ -47,6 +48,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--len", type=int, default=256)
     ap.add_argument("--greedy", type=int, default=32)
+    ap.add_argument("--model-only", action="store_true", help="save OUT/model, skip the reference")
     args = ap.parse_args()
     cls, cfg = build(args.arch)
     torch.manual_seed(0)
@@ -59,6 +61,8 @@ def main():
         if (args.tokenizer / name).exists():
             shutil.copy(args.tokenizer / name, model_dir / name)
     print(f"built and saved {args.arch} in {time.time() - t0:.1f} s", flush=True)
+    if args.model_only:
+        return
     # Reload as users do. `.to(bfloat16)` above also rounded the rotary inv_freq buffer to bf16,
     # which shifts every RoPE angle (0.5 rad at position 255 for the fastest pair) and which
     # `.float()` does not undo; from_pretrained computes inv_freq in fp32.

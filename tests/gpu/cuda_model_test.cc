@@ -3,6 +3,7 @@
 // clear of the tolerance, and the paging invariant (chunked prefill + decode in mixed batches
 // gives the logits of one prefill) on the device.
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -22,6 +23,7 @@ const char* TestSourceDir() {
 }  // namespace
 #define XSERV_SOURCE_DIR TestSourceDir()
 #include "tests/unit/model/model_test_util.h"
+#include "worker/model/decode_graphs.h"
 
 namespace xserv::model::testing {
 namespace {
@@ -85,6 +87,24 @@ class Runner {
     return host;
   }
 
+  // The step through DecodeGraphs (made on first use) with one stable logits buffer; rows of
+  // the step only.
+  std::vector<float> GraphStep(const std::vector<SequenceChunk>& chunks) {
+    if (graphs_ == nullptr) {
+      graphs_ = std::make_unique<DecodeGraphs>(*backend_, *model_, *kv_, *builder_, 16, 256);
+      auto logits = backend_->Allocate(kernels::DType::kF32, {16, vocab()});
+      EXPECT_TRUE(logits.ok());
+      graph_logits_ = std::move(*logits);
+    }
+    EXPECT_TRUE(graphs_->Accepts(chunks));
+    const absl::Status status = graphs_->Run(chunks, graph_logits_.view());
+    EXPECT_TRUE(status.ok()) << status;
+    const int64_t rows = static_cast<int64_t>(chunks.size());
+    std::vector<float> host(rows * vocab());
+    EXPECT_TRUE(backend_->CopyToHost(graph_logits_.view().SliceRows(0, rows), host.data()).ok());
+    return host;
+  }
+
   std::vector<float> Prefill(const std::vector<int32_t>& ids) {
     return Step({SequenceChunk{.tokens = ids, .start_position = 0,
                                .block_table = NewTable(static_cast<int64_t>(ids.size())),
@@ -97,6 +117,8 @@ class Runner {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<BatchBuilder> builder_;
   std::vector<int32_t> free_blocks_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  kernels::Buffer graph_logits_;
 };
 
 class CudaModel : public ::testing::TestWithParam<std::string> {
@@ -202,6 +224,53 @@ TEST_P(CudaModel, MixedBatchesEqualPrefillOnDevice) {
   }
   std::printf("%s mixed vs prefill on cuda: %.3e\n", GetParam().c_str(), worst);
   EXPECT_LE(worst, kSelfTol);
+}
+
+// Decode steps replayed as CUDA graphs (padded to their bucket, captured on the second step of a
+// bucket) give the bits of the same steps run op by op, in the batch-invariant mode where a row
+// cannot depend on the padding.
+TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
+  auto invariant =
+      kernels::cuda::CudaBackend::Create({.device = 0, .batch_invariant = true});
+  ASSERT_TRUE(invariant.ok()) << invariant.status();
+  Runner direct(**invariant, ModelDir(GetParam()));
+  Runner graphed(**invariant, ModelDir(GetParam()));
+  ASSERT_TRUE(direct.ok() && graphed.ok());
+  const Golden g = LoadGolden(ModelDir(GetParam()));
+  ASSERT_FALSE(g.inputs.empty());
+  const int64_t vocab = direct.vocab();
+  for (int seqs : {1, 3, 5}) {  // buckets 1, 4 and 8
+    std::vector<std::vector<int32_t>> tokens(seqs);
+    std::vector<std::vector<int32_t>> tables_d(seqs), tables_g(seqs);
+    for (int s = 0; s < seqs; ++s) {
+      tokens[s] = g.inputs[s % g.inputs.size()];
+      tokens[s].resize(std::min<size_t>(tokens[s].size(), 20 + s));
+      tables_d[s] = direct.NewTable(64);
+      tables_g[s] = graphed.NewTable(64);
+      for (Runner* r : {&direct, &graphed}) {
+        const auto& table = r == &direct ? tables_d[s] : tables_g[s];
+        r->Step({SequenceChunk{.tokens = tokens[s], .start_position = 0, .block_table = table,
+                               .logits = LogitsRows::kLast}});
+      }
+    }
+    for (int step = 0; step < 4; ++step) {  // warm-up, capture + replay, replays
+      std::vector<int32_t> next(seqs);
+      std::vector<SequenceChunk> chunks_d, chunks_g;
+      for (int s = 0; s < seqs; ++s) {
+        next[s] = static_cast<int32_t>((step * 131 + s * 17) % vocab);
+        const auto pos = static_cast<int32_t>(tokens[s].size()) + step;
+        chunks_d.push_back({.tokens = std::span<const int32_t>(&next[s], 1),
+                            .start_position = pos, .block_table = tables_d[s]});
+        chunks_g.push_back({.tokens = std::span<const int32_t>(&next[s], 1),
+                            .start_position = pos, .block_table = tables_g[s]});
+      }
+      const std::vector<float> want = direct.Step(chunks_d);
+      const std::vector<float> got = graphed.GraphStep(chunks_g);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << seqs << " sequences, step " << step;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel,

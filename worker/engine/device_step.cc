@@ -156,6 +156,11 @@ absl::StatusOr<kernels::Tensor> DeviceStepRunner::Run(const DeviceStep& step) {
                                           .logits = c.logits});
     tokens += static_cast<int64_t>(c.tokens.size());
   }
+  if (graphs_ != nullptr && link_.comm == nullptr && graphs_->Accepts(chunks) &&
+      model::DecodeGraphs::Bucket(static_cast<int64_t>(chunks.size())) <= logits_.view().dim(0)) {
+    RETURN_IF_ERROR(graphs_->Run(chunks, logits_.view()));
+    return logits_.view().SliceRows(0, step.LogitsRowCount());
+  }
   ASSIGN_OR_RETURN(model::ForwardInputs inputs, builder_.Build(chunks));
   const int tag = static_cast<int>(forward_steps_++ & 0x3fffffff);
   const kernels::Tensor* hidden = nullptr;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "worker/model/batch_builder.h"
+#include "worker/model/decode_graphs.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
 #include "worker/parallel/communicator.h"
@@ -66,6 +67,9 @@ class DeviceStepRunner {
 
   absl::StatusOr<kernels::Tensor> Run(const DeviceStep& step);
 
+  // Decode-only steps go through `graphs` when it accepts them (not owned; null: never).
+  void set_graphs(model::DecodeGraphs* graphs) { graphs_ = graphs; }
+
  private:
   // Hidden states between stages travel through host memory (any backend; the NCCL path of the
   // CUDA issue sends device buffers instead).
@@ -78,6 +82,7 @@ class DeviceStepRunner {
   model::BatchBuilder& builder_;
   kernels::Buffer& logits_;
   PipelineLink link_;
+  model::DecodeGraphs* graphs_ = nullptr;
   kernels::Buffer hidden_;            // [max tokens, H], allocated on the first pipelined step
   std::vector<std::byte> staging_;    // host copy of one step's hidden states
   int64_t forward_steps_ = 0;         // identical on every rank: the p2p tag

@@ -28,6 +28,7 @@
 #include "worker/engine/output_sink.h"
 #include "worker/engine/scheduler.h"
 #include "worker/model/batch_builder.h"
+#include "worker/model/decode_graphs.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
 #include "worker/parallel/communicator.h"
@@ -59,6 +60,9 @@ struct EngineConfig {
   // The leader's place in the pipeline (it is the last stage: it samples).
   PipelineLink pipeline;
   std::chrono::milliseconds idle_heartbeat{1000};
+  // Decode steps as graph replays (model/decode_graphs.h) where the backend has graphs; only
+  // for single-rank replicas (ignored otherwise).
+  bool graphs = false;
 };
 
 // A consistent snapshot for the Load RPC and metrics.
@@ -118,6 +122,7 @@ class Engine {
   std::unique_ptr<model::KvCache> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   model::BatchBuilder builder_;
+  std::unique_ptr<model::DecodeGraphs> graphs_;  // config.graphs on a single-rank replica
   const Clock* clock_;
   kernels::Buffer logits_;      // f32 [max_tokens, vocab]
   DeviceStepRunner runner_;

@@ -26,9 +26,11 @@ absl::StatusOr<BatchBuilder> BatchBuilder::Create(kernels::Backend& backend,
   return b;
 }
 
-absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk> chunks) {
-  const int64_t num_seqs = static_cast<int64_t>(chunks.size());
-  if (num_seqs < 1 || num_seqs > limits_.max_seqs) {
+absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk> chunks,
+                                                  const BuildOptions& options) {
+  const int64_t real_seqs = static_cast<int64_t>(chunks.size());
+  const int64_t num_seqs = std::max(real_seqs, options.pad_seqs_to);
+  if (real_seqs < 1 || num_seqs > limits_.max_seqs) {
     return absl::InvalidArgumentError(absl::StrCat("step has ", num_seqs, " sequences, limit ",
                                                    limits_.max_seqs));
   }
@@ -39,8 +41,8 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   host_query_start_.assign(1, 0);
   host_seq_lens_.clear();
   host_block_tables_.assign(num_seqs * limits_.max_blocks_per_seq, 0);
-  int max_query_len = 0, max_seq_len = 0;
-  for (int64_t s = 0; s < num_seqs; ++s) {
+  int max_query_len = 0, max_seq_len = options.min_max_seq_len;
+  for (int64_t s = 0; s < real_seqs; ++s) {
     const SequenceChunk& c = chunks[s];
     const int64_t n = static_cast<int64_t>(c.tokens.size());
     const int64_t end = c.start_position + n;
@@ -71,6 +73,17 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
               host_block_tables_.begin() + s * limits_.max_blocks_per_seq);
     max_query_len = std::max<int>(max_query_len, n);
     max_seq_len = std::max<int>(max_seq_len, end);
+  }
+  for (int64_t s = real_seqs; s < num_seqs; ++s) {  // padding (BuildOptions)
+    const auto row = static_cast<int32_t>(host_tokens_.size());
+    host_tokens_.push_back(0);
+    host_positions_.push_back(0);
+    host_slots_.push_back(-1);
+    host_logits_indices_.push_back(row);
+    host_query_start_.push_back(row + 1);
+    host_seq_lens_.push_back(1);
+    max_query_len = std::max(max_query_len, 1);
+    max_seq_len = std::max(max_seq_len, 1);
   }
   const int64_t tokens = static_cast<int64_t>(host_tokens_.size());
   if (tokens > limits_.max_tokens) {

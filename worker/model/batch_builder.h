@@ -32,12 +32,22 @@ struct BatchLimits {
   int64_t block_size = 16;
 };
 
+// Extras of graph replays (decode_graphs.h): shapes fixed per bucket.
+struct BuildOptions {
+  // Append one-token padding sequences up to this many (0: none). A padding row reads position 0
+  // through an all-zero block table, writes no KV (slot -1) and gets a logits row nobody reads.
+  int64_t pad_seqs_to = 0;
+  // Attention's max_seq_len at least this (its split count is part of a graph's shape).
+  int min_max_seq_len = 0;
+};
+
 class BatchBuilder {
  public:
   static absl::StatusOr<BatchBuilder> Create(kernels::Backend& backend, const BatchLimits& limits);
 
   // Logits rows are ordered sequence by sequence, position by position.
-  absl::StatusOr<ForwardInputs> Build(std::span<const SequenceChunk> chunks);
+  absl::StatusOr<ForwardInputs> Build(std::span<const SequenceChunk> chunks,
+                                      const BuildOptions& options = {});
 
   const BatchLimits& limits() const { return limits_; }
 

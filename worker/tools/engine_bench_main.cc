@@ -37,6 +37,7 @@
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "worker/model/batch_builder.h"
+#include "worker/model/decode_graphs.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
 
@@ -60,6 +61,7 @@ struct BenchConfig {
   uint64_t seed = 0;
   bool profile_ops = false;
   bool gemv = true;
+  bool cuda_graphs = true;
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
 };
 
@@ -79,6 +81,8 @@ class Runner {
          model::BatchBuilder& builder, const xserv::kernels::Tensor& logits)
       : backend_(backend), model_(m), kv_(kv), builder_(builder), logits_(logits) {}
 
+  // Decode steps replay graphs through `graphs` when set (not owned).
+  void set_graphs(model::DecodeGraphs* graphs) { graphs_ = graphs; }
   // Called after a step's inputs are uploaded, just before its forward is queued (profiling).
   void set_before_forward(std::function<absl::Status()> hook) { before_forward_ = std::move(hook); }
   // Host time spent queueing forwards since the last call (the launch overhead of the steps).
@@ -93,13 +97,19 @@ class Runner {
       chunks.push_back({.tokens = tokens[s], .start_position = start, .block_table = tables[s],
                         .logits = model::LogitsRows::kLast});
     }
-    ASSIGN_OR_RETURN(model::ForwardInputs in, builder_.Build(chunks));
     const int64_t rows = static_cast<int64_t>(tokens.size());
     const xserv::kernels::Tensor logits = logits_.SliceRows(0, rows);
-    if (before_forward_) RETURN_IF_ERROR(before_forward_());
-    const Clock::time_point begin = Clock::now();
-    RETURN_IF_ERROR(model_.Forward(in, kv_.layers(), logits));
-    enqueue_seconds_ += std::chrono::duration<double>(Clock::now() - begin).count();
+    if (graphs_ != nullptr && graphs_->Accepts(chunks)) {
+      const Clock::time_point begin = Clock::now();
+      RETURN_IF_ERROR(graphs_->Run(chunks, logits_));
+      enqueue_seconds_ += std::chrono::duration<double>(Clock::now() - begin).count();
+    } else {
+      ASSIGN_OR_RETURN(model::ForwardInputs in, builder_.Build(chunks));
+      if (before_forward_) RETURN_IF_ERROR(before_forward_());
+      const Clock::time_point begin = Clock::now();
+      RETURN_IF_ERROR(model_.Forward(in, kv_.layers(), logits));
+      enqueue_seconds_ += std::chrono::duration<double>(Clock::now() - begin).count();
+    }
     std::vector<xserv::kernels::SampleRowSpec> specs(static_cast<size_t>(rows));
     for (auto& spec : specs) {
       spec.mode = xserv::kernels::SampleMode::kDraw;
@@ -119,6 +129,7 @@ class Runner {
   model::BatchBuilder& builder_;
   xserv::kernels::Tensor logits_;
   std::function<absl::Status()> before_forward_;
+  model::DecodeGraphs* graphs_ = nullptr;
   double enqueue_seconds_ = 0;
 };
 
@@ -298,6 +309,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"repeats", cfg.repeats},
         {"profile_ops", cfg.profile_ops},
         {"gemv", cfg.gemv},
+        {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
         {"batches", cfg.batches}}},
       {"metrics", std::move(metrics)}};
 }
@@ -350,6 +362,13 @@ absl::Status Run(const BenchConfig& cfg) {
   ASSIGN_OR_RETURN(xserv::kernels::Buffer logits,
                    backend.Allocate(xserv::kernels::DType::kF32, {max_batch, c.vocab_size}));
   Runner runner(backend, *m, kv, builder, logits.view());
+  // Graphs replay whole steps, which the per-op profile cannot see into: off while profiling.
+  std::unique_ptr<model::DecodeGraphs> graphs;
+  if (cfg.backend == "cuda" && cfg.cuda_graphs && !cfg.profile_ops) {
+    graphs = std::make_unique<model::DecodeGraphs>(backend, *m, kv, builder, max_batch,
+                                                   cfg.prompt_len + cfg.gen_len);
+    runner.set_graphs(graphs.get());
+  }
 
   std::vector<BatchResult> results;
   std::printf("model %s: %s, %lld layers, hidden %lld, vocab %lld; %s backend, %d threads\n",
@@ -406,6 +425,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed of the random prompts")->capture_default_str();
   app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
+      ->capture_default_str();
+  app.add_option("--cuda-graphs", cfg.cuda_graphs,
+                 "cuda: decode steps as CUDA graph replays (off with --profile-ops)")
       ->capture_default_str();
   app.add_flag("--profile-ops", cfg.profile_ops,
                "cuda: one more run per batch size timing every op on the GPU (see the header)");

@@ -1,0 +1,63 @@
+// BatchBuilder's padding for graph replays (BuildOptions): the real sequences come first exactly
+// as without padding, each padding row is a one-token sequence at position 0 that writes no KV
+// (slot -1) and owns one logits row; max_seq_len is raised to the option. DecodeGraphs on a
+// backend without graphs turns itself off instead of building padded steps.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "worker/model/batch_builder.h"
+#include "worker/model/decode_graphs.h"
+
+namespace xserv::model {
+namespace {
+
+std::vector<int32_t> Host(kernels::Backend& backend, const kernels::Tensor& t) {
+  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+  EXPECT_TRUE(backend.CopyToHost(t, out.data()).ok());
+  return out;
+}
+
+TEST(BatchBuilder, PadsDecodeStepsForGraphs) {
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
+  auto builder = BatchBuilder::Create(
+      backend, BatchLimits{.max_tokens = 16, .max_seqs = 8, .max_blocks_per_seq = 4,
+                           .block_size = 4});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  const std::vector<int32_t> a = {11}, b = {22}, table_a = {3, 1}, table_b = {2};
+  const std::vector<SequenceChunk> chunks = {
+      {.tokens = a, .start_position = 5, .block_table = table_a},
+      {.tokens = b, .start_position = 2, .block_table = table_b}};
+  auto in = builder->Build(chunks, {.pad_seqs_to = 4, .min_max_seq_len = 100});
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->attention.num_seqs, 4);
+  EXPECT_EQ(in->attention.max_seq_len, 100);
+  EXPECT_EQ(Host(backend, in->token_ids), (std::vector<int32_t>{11, 22, 0, 0}));
+  EXPECT_EQ(Host(backend, in->positions), (std::vector<int32_t>{5, 2, 0, 0}));
+  EXPECT_EQ(Host(backend, in->attention.slot_mapping), (std::vector<int32_t>{1 * 4 + 1, 2 * 4 + 2, -1, -1}));
+  EXPECT_EQ(Host(backend, in->attention.query_start), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(Host(backend, in->attention.seq_lens), (std::vector<int32_t>{6, 3, 1, 1}));
+  EXPECT_EQ(Host(backend, in->logits_indices), (std::vector<int32_t>{0, 1, 2, 3}));
+
+  auto plain = builder->Build(chunks);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->attention.num_seqs, 2);
+  EXPECT_EQ(plain->attention.max_seq_len, 6);
+  EXPECT_FALSE(builder->Build(chunks, {.pad_seqs_to = 9}).ok());  // beyond max_seqs
+}
+
+TEST(BatchBuilder, DecodeBucketsBoundPadding) {
+  EXPECT_EQ(DecodeGraphs::Bucket(1), 1);
+  EXPECT_EQ(DecodeGraphs::Bucket(3), 4);
+  EXPECT_EQ(DecodeGraphs::Bucket(17), 32);
+  EXPECT_EQ(DecodeGraphs::Bucket(33), 64);
+  EXPECT_EQ(DecodeGraphs::Bucket(65), 96);
+  for (int64_t n = 1; n <= 512; ++n) {
+    const int64_t b = DecodeGraphs::Bucket(n);
+    EXPECT_GE(b, n);
+    EXPECT_LE(b - n, n <= 32 ? n - 1 : 31) << n;
+  }
+}
+
+}  // namespace
+}  // namespace xserv::model
