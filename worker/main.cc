@@ -35,6 +35,7 @@
 #include "worker/engine/peer_loop.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
+#include "worker/model/profile_forward.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/rendezvous_rpc_store.h"
 #include "worker/service/rendezvous_store.h"
@@ -98,8 +99,10 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
 }
 
 // KV blocks that fit the budget: --num-kv-blocks, else --kv-cache-memory (CPU), else
-// --gpu-memory-utilization of the device after the weights are loaded (CUDA, as vLLM).
-int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block) {
+// --gpu-memory-utilization of the device (CUDA, as vLLM) minus what is in use now (weights, and
+// after ProfileForward whatever a largest step left allocated) minus `reserved_bytes` that the
+// engine allocates later (logits, sampling and graph scratch).
+int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block, int64_t reserved_bytes) {
   if (f.num_kv_blocks > 0) return f.num_kv_blocks;
 #if XSERV_HAVE_CUDA
   if (f.backend == "cuda") {
@@ -107,11 +110,12 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block) {
     if (!runtime.ok() || runtime->devices.empty()) return 0;
     const cuda::DeviceInfo& d = runtime->devices[0];
     const double used = static_cast<double>(d.total_memory_bytes - d.free_memory_bytes);
-    // Leave room for the logits and cuBLAS workspaces beyond the measured use.
-    const double budget = f.gpu_memory_utilization * d.total_memory_bytes - used - (1ull << 30);
+    const double budget = f.gpu_memory_utilization * d.total_memory_bytes - used -
+                          static_cast<double>(reserved_bytes);
     return budget > 0 ? static_cast<int64_t>(budget) / bytes_per_block : 0;
   }
 #endif
+  (void)reserved_bytes;
   return static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
 }
 
@@ -376,7 +380,21 @@ int Run(const WorkerFlags& f) {
   const ModelConfig& rank_config = (*model)->rank_config();
   const int64_t bytes_per_block = model::KvCache::BytesPerBlock(rank_config, f.block_size,
                                                                 backend.compute_dtype());
-  auto num_blocks = AgreeOnMinimum(groups->world, KvBlocks(f, bytes_per_block));
+  if (f.backend == "cuda" && f.pp_size == 1) {
+    // The largest step once, before free memory is measured (model/profile_forward.h).
+    const absl::Status profiled = model::ProfileForward(backend, **model, f.max_num_batched_tokens,
+                                                        f.block_size);
+    if (!profiled.ok()) {
+      spdlog::error("profiling forward of {} tokens: {}", f.max_num_batched_tokens,
+                    profiled.ToString());
+      return fail(1);
+    }
+  }
+  // Allocated after sizing: the engine's f32 logits rows, plus sampling / attention / graph
+  // scratch that grows with the first steps.
+  const int64_t logits_rows = std::min<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
+  const int64_t reserved = logits_rows * config.vocab_size * 4 + (int64_t{256} << 20);
+  auto num_blocks = AgreeOnMinimum(groups->world, KvBlocks(f, bytes_per_block, reserved));
   auto host_blocks = AgreeOnMinimum(
       groups->world, static_cast<int64_t>(f.swap_space_gb * (1 << 30)) / bytes_per_block);
   if (!num_blocks.ok() || !host_blocks.ok()) {

@@ -3,6 +3,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +89,10 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     for (cudaGraphExec_t exec : graphs_) cudaGraphExecDestroy(exec);
+    for (int slot = 0; slot < 2; ++slot) {
+      if (staging_[slot] != nullptr) cudaFreeHost(staging_[slot]);
+      if (staging_done_[slot] != nullptr) cudaEventDestroy(staging_done_[slot]);
+    }
     gemm_.reset();
     profiler_.reset();
     cudaStreamDestroy(stream_);
@@ -148,9 +154,30 @@ absl::Status CudaBackend::Reserve(Buffer& buffer, size_t bytes) {
 absl::Status CudaBackend::CopyFromHost(const void* src, const Tensor& dst) {
   RETURN_IF_ERROR(ExpectCuda("CopyFromHost", "dst", dst));
   RETURN_IF_ERROR(ExpectContiguous("CopyFromHost", "dst", dst));
-  // From pageable memory the copy is staged before this returns, so `src` may be reused at once.
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  const size_t bytes = dst.nbytes();
+  if (bytes < kStagedCopyBytes) {
+    // From pageable memory the copy is staged before this returns, so `src` may be reused at once.
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice, stream_));
+    return Launched("CopyFromHost", cudaSuccess);
+  }
+  // Large copies (weights at load time): through two pinned chunks, so the host's copy of chunk
+  // i + 1 (page faults of an mmapped checkpoint included) overlaps the DMA of chunk i.
+  for (int slot = 0; slot < 2 && staging_[slot] == nullptr; ++slot) {
+    RETURN_IF_CUDA_ERROR(cudaMallocHost(&staging_[slot], kStagingChunkBytes));
+    RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&staging_done_[slot], cudaEventDisableTiming));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging_done_[slot], stream_));
+  }
+  const auto* from = static_cast<const std::byte*>(src);
+  auto* to = static_cast<std::byte*>(dst.data);
+  int slot = 0;
+  for (size_t offset = 0; offset < bytes; offset += kStagingChunkBytes, slot ^= 1) {
+    const size_t n = std::min(kStagingChunkBytes, bytes - offset);
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(staging_done_[slot]));  // its last DMA is done
+    std::memcpy(staging_[slot], from + offset, n);
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(to + offset, staging_[slot], n, cudaMemcpyHostToDevice, stream_));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(staging_done_[slot], stream_));
+  }
   return Launched("CopyFromHost", cudaSuccess);
 }
 

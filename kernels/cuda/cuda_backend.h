@@ -9,7 +9,8 @@
 // current on the calling thread). Every op is queued on the one CUDA stream the backend owns, in
 // call order; ops never synchronise with the host except CopyToHost and Synchronize, and never
 // allocate device memory (the cuBLASLt workspace is allocated once in Create; Sample's small
-// staging buffers grow the first times a larger step needs them). Buffers from
+// staging buffers and attention's split partials grow the first times a larger step needs them).
+// Large host-to-device copies go through two pinned 32 MiB chunks (weights load at DMA speed). Buffers from
 // Allocate are freed with cudaFree, which waits for the device; free them before the backend.
 #pragma once
 
@@ -37,7 +38,7 @@ struct CudaBackendOptions {
   // do not depend on which requests happened to share a step.
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
-  bool gemv = true;                        // see GemmOptions
+  bool gemv = false;                       // see GemmOptions
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };
@@ -135,6 +136,12 @@ class CudaBackend final : public Backend {
   Buffer attention_partials_;
   std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index
   std::vector<Buffer> retired_;          // scratch outgrown by Reserve, still in graphs
+  // CopyFromHost of kStagedCopyBytes or more: two pinned chunks, each with the event of its last
+  // DMA (allocated on the first large copy).
+  static constexpr size_t kStagedCopyBytes = size_t{4} << 20;
+  static constexpr size_t kStagingChunkBytes = size_t{32} << 20;
+  void* staging_[2] = {nullptr, nullptr};
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};
   bool capturing_ = false;
 };
 

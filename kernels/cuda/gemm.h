@@ -48,8 +48,10 @@ struct GemmOptions {
   // decode, large favours prefill.
   int64_t invariant_reference_rows = 256;
   // Calls of at most kGemvMaxRows rows go to the skinny kernel (gemv.h) where it supports them;
-  // off in batch-invariant mode (a row would change bits when the batch crosses the threshold).
-  bool gemv = true;
+  // never in batch-invariant mode (a row would change bits when the batch crosses the threshold).
+  // Off by default: on the H200 it matches cuBLASLt at one row and trails it at eight
+  // (docs/benchmarks/README.md), so it waits for the next kernel pass.
+  bool gemv = false;
 };
 
 class GemmRunner {

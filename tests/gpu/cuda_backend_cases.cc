@@ -11,22 +11,23 @@
 namespace xserv::kernels::testing {
 namespace {
 
-// Two cases: the default (cuBLASLt heuristic, skinny GEMV for decode rows) and the
+// Three cases: the default (cuBLASLt heuristic), the opt-in skinny GEMV for decode rows, and the
 // batch-invariant mode, which alone promises rows independent of the batch.
 std::vector<BackendCase> CudaCases() {
   auto info = xserv::cuda::QueryRuntime();
   if (!info.ok() || info->devices.empty()) return {};
-  auto make = [](bool invariant) {
-    return [invariant]() -> std::unique_ptr<Backend> {
+  auto make = [](bool invariant, bool gemv) {
+    return [invariant, gemv]() -> std::unique_ptr<Backend> {
       auto backend = cuda::CudaBackend::Create(cuda::CudaBackendOptions{
-          .device = 0, .check_each_op = true, .batch_invariant = invariant});
+          .device = 0, .check_each_op = true, .batch_invariant = invariant, .gemv = gemv});
       if (!backend.ok()) return nullptr;
       return std::move(*backend);
     };
   };
-  return {BackendCase{.name = "Cuda", .make = make(false), .batch_invariant = false},
+  return {BackendCase{.name = "Cuda", .make = make(false, false), .batch_invariant = false},
+          BackendCase{.name = "CudaGemv", .make = make(false, true), .batch_invariant = false},
           BackendCase{.name = "CudaBatchInvariant",
-                      .make = make(true),
+                      .make = make(true, false),
                       .batch_invariant = true,
                       .may_refuse_tiny_matmuls = true}};
 }

@@ -60,7 +60,7 @@ struct BenchConfig {
   int64_t block_size = 16;
   uint64_t seed = 0;
   bool profile_ops = false;
-  bool gemv = true;
+  bool gemv = false;
   bool cuda_graphs = true;
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
 };

@@ -8,6 +8,8 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/model/batch_builder.h"
 #include "worker/model/decode_graphs.h"
+#include "worker/model/profile_forward.h"
+#include "tests/unit/model/model_test_util.h"
 
 namespace xserv::model {
 namespace {
@@ -57,6 +59,28 @@ TEST(BatchBuilder, DecodeBucketsBoundPadding) {
     EXPECT_GE(b, n);
     EXPECT_LE(b - n, n <= 32 ? n - 1 : 31) << n;
   }
+}
+
+// The start-up profiling pass runs the largest step (clamped to the model's workspace) and leaves
+// the backend usable; the CPU backend has no graphs, so DecodeGraphs turns itself off.
+TEST(ProfileForward, RunsTheLargestStepOnce) {
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
+  auto model = LoadModel(testing::ModelDir("qwen3-tiny"), backend,
+                         ModelLoadOptions{.max_num_tokens = 48});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(ProfileForward(backend, **model, 48, 16).ok());
+  EXPECT_TRUE(ProfileForward(backend, **model, 1000, 16).ok());  // clamped to 48
+  auto kv = KvCache::Allocate(backend, (*model)->config(), 4, 16);
+  ASSERT_TRUE(kv.ok());
+  auto builder = BatchBuilder::Create(backend, BatchLimits{.max_tokens = 8, .max_seqs = 4,
+                                                           .max_blocks_per_seq = 2,
+                                                           .block_size = 16});
+  ASSERT_TRUE(builder.ok());
+  DecodeGraphs graphs(backend, **model, *kv, *builder, 4, 32);
+  const std::vector<int32_t> token = {5}, table = {0};
+  const std::vector<SequenceChunk> step = {
+      {.tokens = token, .start_position = 0, .block_table = table}};
+  EXPECT_FALSE(graphs.Accepts(step));
 }
 
 }  // namespace
