@@ -81,15 +81,23 @@ __device__ __forceinline__ float Dot(const float* q, const bf16* k, int head_dim
     uint4 raw[kDim / 8];
 #pragma unroll
     for (int i = 0; i < kDim / 8; ++i) raw[i] = reinterpret_cast<const uint4*>(k)[i];
+    // q from shared memory four floats at a time (every lane reads the same address: one
+    // broadcast per 4 dims instead of per dim).
+    const float4* q4 = reinterpret_cast<const float4*>(q);
 #pragma unroll
     for (int i = 0; i < kDim / 8; ++i) {
       const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw[i]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(pair[j]);
-        dot += q[8 * i + 2 * j] * f.x;
-        dot += q[8 * i + 2 * j + 1] * f.y;
-      }
+      const float4 qa = q4[2 * i], qb = q4[2 * i + 1];
+      const float2 f0 = __bfloat1622float2(pair[0]), f1 = __bfloat1622float2(pair[1]);
+      const float2 f2 = __bfloat1622float2(pair[2]), f3 = __bfloat1622float2(pair[3]);
+      dot += qa.x * f0.x;
+      dot += qa.y * f0.y;
+      dot += qa.z * f1.x;
+      dot += qa.w * f1.y;
+      dot += qb.x * f2.x;
+      dot += qb.y * f2.y;
+      dot += qb.z * f3.x;
+      dot += qb.w * f3.y;
     }
   } else if (head_dim % 8 == 0) {
     for (int d = 0; d < head_dim; d += 8) {
@@ -213,7 +221,7 @@ __device__ __forceinline__ float* PartialOf(const PagedAttentionArgs& a, int t, 
 template <int kChunks, bool kExact>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
-  __shared__ float s_q[kWarps][kChunks * kWarpSize];
+  __shared__ __align__(16) float s_q[kWarps][kChunks * kWarpSize];
   const int t = blockIdx.x;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y * kWarps + warp;

@@ -106,7 +106,7 @@ class Gpt2Model final : public Model {
     const Tensor block_out = ws_.block_out.view().SliceRows(0, tokens);
     const Tensor qkv = qkv_.view().SliceRows(0, tokens);
     const Tensor attn = ws_.attn.view().SliceRows(0, tokens);
-    const Tensor fc = ws_.gate.view().SliceRows(0, tokens);
+    const Tensor fc = ws_.MlpRows(tokens, c.intermediate_size);
     if (pp_.first()) {
       RETURN_IF_ERROR(b.Embedding(wte_.view(), in.token_ids, residual, /*accumulate=*/false));
       RETURN_IF_ERROR(b.Embedding(wpe_.view(), in.positions, residual, /*accumulate=*/true));

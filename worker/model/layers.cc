@@ -116,14 +116,22 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, const ModelConfig&
   return w;
 }
 
-GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, const ModelConfig& c,
-                                      const TpShard& tp, const std::string& prefix) {
+GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
+                                      const ModelConfig& c, const TpShard& tp,
+                                      const std::string& prefix, absl::Status& status) {
   const std::string p = prefix + "mlp.";
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   GatedMlpWeights w;
-  w.gate = TakeShard(loader, tp, p + "gate_proj.weight", {inter, h}, tp.Split(0, inter));
-  w.up = TakeShard(loader, tp, p + "up_proj.weight", {inter, h}, tp.Split(0, inter));
+  const Buffer gate = TakeShard(loader, tp, p + "gate_proj.weight", {inter, h}, tp.Split(0, inter));
+  const Buffer up = TakeShard(loader, tp, p + "up_proj.weight", {inter, h}, tp.Split(0, inter));
   w.down = TakeShard(loader, tp, p + "down_proj.weight", {h, inter}, tp.Split(1, inter));
+  if (gate.empty() || up.empty()) return w;  // the loader reports what is missing
+  const int64_t rows = gate.view().dim(0);
+  w.gate_up = AllocRows(backend, 2 * rows, h, status);
+  if (!status.ok()) return w;
+  // A same-dtype Convert is a device copy on every backend.
+  status = backend.Convert(gate.view(), w.gate_up.view().SliceRows(0, rows));
+  if (status.ok()) status = backend.Convert(up.view(), w.gate_up.view().SliceRows(rows, 2 * rows));
   return w;
 }
 
@@ -139,8 +147,7 @@ absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfi
   ws.v = AllocRows(backend, max_tokens, kv_dim, status);
   ws.attn = AllocRows(backend, max_tokens, q_dim, status);
   ws.block_out = AllocRows(backend, max_tokens, c.hidden_size, status);
-  ws.gate = AllocRows(backend, max_tokens, mlp_width, status);
-  ws.up = AllocRows(backend, max_tokens, mlp_width, status);
+  ws.gate_up = AllocRows(backend, max_tokens, 2 * mlp_width, status);
   ws.gathered = AllocRows(backend, max_tokens, c.hidden_size, status);
   RETURN_IF_ERROR(status);
   return ws;
@@ -181,12 +188,19 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
                         ws.block_out.view().SliceRows(0, tokens));
 }
 
+Tensor Workspace::MlpRows(int64_t tokens, int64_t width) const {
+  const Tensor& all = gate_up.view();
+  return kernels::MakeTensor(all.data, all.dtype, all.device, {tokens, width});
+}
+
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
                          Workspace& ws, int64_t tokens) {
-  const Tensor gate = ws.gate.view().SliceRows(0, tokens);
-  const Tensor up = ws.up.view().SliceRows(0, tokens);
-  RETURN_IF_ERROR(backend.Matmul(normed, w.gate.view(), nullptr, gate));
-  RETURN_IF_ERROR(backend.Matmul(normed, w.up.view(), nullptr, up));
+  const Tensor gate_up = ws.gate_up.view().SliceRows(0, tokens);
+  const int64_t inter = w.gate_up.view().dim(0) / 2;
+  RETURN_IF_ERROR(backend.Matmul(normed, w.gate_up.view(), nullptr, gate_up));
+  // gate and up are the halves of each row; silu(gate) * up overwrites the gate half.
+  const Tensor gate = gate_up.SliceLast(0, inter);
+  const Tensor up = gate_up.SliceLast(inter, 2 * inter);
   RETURN_IF_ERROR(backend.SiluMul(gate, up, gate));
   return backend.Matmul(gate, w.down.view(), nullptr, ws.block_out.view().SliceRows(0, tokens));
 }

@@ -54,12 +54,14 @@ struct AttentionWeights {
                                const std::string& prefix);
 };
 
-// Gated (SwiGLU) MLP weights: gate/up [I, H] (column-parallel), down [H, I] (row-parallel), I
-// this rank's share of intermediate_size.
+// Gated (SwiGLU) MLP weights: gate and up [I, H] each (column-parallel) stacked into one
+// gate_up [2I, H] (one GEMM reads both: one launch, and a wide one, per decode step), down [H, I]
+// (row-parallel); I this rank's share of intermediate_size.
 struct GatedMlpWeights {
-  Buffer gate, up, down;
-  static GatedMlpWeights Load(WeightLoader& loader, const ModelConfig& config, const TpShard& tp,
-                              const std::string& prefix);
+  Buffer gate_up, down;
+  // Failures (a missing tensor, no memory for the stacked copy) land in `status`.
+  static GatedMlpWeights Load(WeightLoader& loader, Backend& backend, const ModelConfig& config,
+                              const TpShard& tp, const std::string& prefix, absl::Status& status);
 };
 
 // Scratch activations for up to max_tokens rows, allocated once at load; `config` is this rank's
@@ -70,8 +72,12 @@ struct Workspace {
   Buffer q, k, v;    // [T, heads*hd], [T, kv*hd], [T, kv*hd]
   Buffer attn;       // [T, heads*hd]
   Buffer block_out;  // [T, H]: attention or MLP output before the residual add
-  Buffer gate, up;   // [T, I]
+  Buffer gate_up;    // [T, 2I]: the gated MLP's stacked projection
   Buffer gathered;   // [T, H]: rows selected for logits
+
+  // A contiguous [tokens, width] view of gate_up's storage (width <= 2I), for MLPs without a
+  // gate (GPT-2's fc output).
+  Tensor MlpRows(int64_t tokens, int64_t width) const;
 
   static absl::StatusOr<Workspace> Allocate(Backend& backend, const ModelConfig& config,
                                             int64_t max_tokens, int64_t mlp_width);

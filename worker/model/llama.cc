@@ -55,7 +55,9 @@ class LlamaModel final : public Model {
       layer.post_attention_norm =
           loader.Take(prefix + "post_attention_layernorm.weight", {c.hidden_size});
       layer.attention = AttentionWeights::Load(loader, c, tp_, prefix);
-      layer.mlp = GatedMlpWeights::Load(loader, c, tp_, prefix);
+      absl::Status stacked;
+      layer.mlp = GatedMlpWeights::Load(loader, backend, c, tp_, prefix, stacked);
+      RETURN_IF_ERROR(stacked);
       layers_.push_back(std::move(layer));
     }
     ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
