@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", t.replicas)->capture_default_str();
   app.add_option("--devices", devices, "comma-separated GPU ordinals (cuda)");
   app.add_option("--host", t.host, "router bind address")->capture_default_str();
+  app.add_option("--worker-host", t.worker_host,
+                 "workers' bind address (0.0.0.0 when the router is elsewhere)")
+      ->capture_default_str();
   app.add_option("--http-port", t.http_port)->capture_default_str();
   app.add_option("--port", t.http_port, "alias of --http-port");
   std::string port_file;

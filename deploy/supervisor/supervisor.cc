@@ -57,7 +57,7 @@ std::vector<std::string> Supervisor::WorkerArgv(int replica, int rank, uint64_t 
   std::vector<std::string> argv = {bin_dir_ + "/xserv-worker",
                                    "--model", topology_.model_dir,
                                    "--backend", topology_.backend,
-                                   "--host", "127.0.0.1",
+                                   "--host", topology_.worker_host,
                                    "--port", std::to_string(topology_.WorkerPort(replica, rank)),
                                    "--replica-id", std::to_string(replica)};
   if (topology_.ranks_per_replica() > 1) {

@@ -54,8 +54,8 @@ absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
     return absl::InvalidArgumentError(path + ": not a JSON object");
   }
   static const std::set<std::string> kKeys = {
-      "model", "backend", "tp", "pp", "replicas", "devices", "host", "http_port", "grpc_port",
-      "worker_base_port", "worker_args", "router_args", "start_router", "grace_period_s"};
+      "model", "backend", "tp", "pp", "replicas", "devices", "host", "worker_host", "http_port",
+      "grpc_port", "worker_base_port", "worker_args", "router_args", "start_router", "grace_period_s"};
   for (const auto& [key, value] : j.items()) {
     if (!kKeys.contains(key)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key '", key, "'"));
@@ -70,6 +70,7 @@ absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
     t.replicas = j.value("replicas", t.replicas);
     t.devices = j.value("devices", t.devices);
     t.host = j.value("host", t.host);
+    t.worker_host = j.value("worker_host", t.worker_host);
     t.http_port = j.value("http_port", t.http_port);
     t.grpc_port = j.value("grpc_port", t.grpc_port);
     t.worker_base_port = j.value("worker_base_port", t.worker_base_port);

@@ -16,6 +16,8 @@ struct Topology {
   int replicas = 1;
   std::vector<int> devices;            // GPU ordinals, tp*pp per replica (cuda)
   std::string host = "127.0.0.1";      // router HTTP/gRPC bind address
+  std::string worker_host = "127.0.0.1";  // workers' bind address (0.0.0.0 when the router runs
+                                          // elsewhere, e.g. another Kubernetes pod)
   int http_port = 8080;
   int grpc_port = 50051;
   int worker_base_port = 50100;        // replica r, rank k listens on base + r*tp*pp + k
@@ -38,8 +40,8 @@ struct Topology {
 };
 
 // Reads a JSON topology file whose keys match the flag names (model, backend, tp, pp, replicas,
-// devices, host, http_port, grpc_port, worker_base_port, worker_args, router_args, start_router,
-// grace_period_s). Unknown keys are an error.
+// devices, host, worker_host, http_port, grpc_port, worker_base_port, worker_args, router_args,
+// start_router, grace_period_s). Unknown keys are an error.
 absl::StatusOr<Topology> LoadTopologyFile(const std::string& path);
 
 }  // namespace xserv::supervisor

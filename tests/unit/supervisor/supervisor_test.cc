@@ -57,9 +57,11 @@ TEST(Topology, ValidationNamesTheProblem) {
 TEST(Topology, LoadsJsonAndRejectsUnknownKeys) {
   const std::string path = testing::TempDir() + "/topology.json";
   std::ofstream(path) << R"({"model": "/models/q", "replicas": 2, "http_port": 9000,
-                            "worker_args": ["--threads", "1"]})";
+                            "worker_host": "0.0.0.0", "worker_args": ["--threads", "1"]})";
   auto t = LoadTopologyFile(path);
   ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->worker_host, "0.0.0.0");
+  EXPECT_EQ(Topology{}.worker_host, "127.0.0.1");  // workers listen on loopback by default
   EXPECT_EQ(t->model_dir, "/models/q");
   EXPECT_EQ(t->replicas, 2);
   EXPECT_EQ(t->http_port, 9000);
