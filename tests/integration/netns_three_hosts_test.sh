@@ -17,7 +17,8 @@ fi
 
 work=$(mktemp -d)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
+# SIGKILL: nothing here needs a graceful drain, and a draining TP rank would outlive the test.
+cleanup() { kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
 
@@ -40,7 +41,9 @@ for h in b c; do
     "ip link set lo up && ip addr add 10.77.0.$octet/24 dev eth0 && ip link set eth0 up" || fail "addr $h"
   octet=$((octet + 1))
 done
-on() { local h=$1; shift; nsenter -t "${host_pid[$h]}" -n "$@"; }
+# Runs a command in host H's network namespace. exec: started with &, the background job is the
+# command itself, so $! is its pid and the cleanup kills it (not just a wrapping subshell).
+on() { local h=$1; shift; exec nsenter -t "${host_pid[$h]}" -n "$@"; }
 
 common=(--model "$work/model" --num-kv-blocks 64 --swap-space-gb 0 --threads 1 --log-level info)
 on b "$BIN/xserv-worker" "${common[@]}" --host 10.77.0.2 --port 50100 --tp-size 2 --tp-rank 0 \

@@ -23,6 +23,9 @@ std::string MakeTempDir() {
 }
 
 ChildProcess::~ChildProcess() {
+  // The whole process group: a supervisor's workers and router die with it even when the test
+  // ends (or fails) without stopping it, instead of living on as orphans holding ports.
+  if (group_ > 0) kill(-group_, SIGKILL);
   if (pid_ > 0 && Running()) Stop(SIGKILL, std::chrono::seconds(5));
 }
 
@@ -35,6 +38,7 @@ bool ChildProcess::StartServer(const std::string& binary, std::vector<std::strin
   args.insert(args.end(), {"--port", "0", "--port-file", port_file});
   pid_ = fork();
   if (pid_ == 0) {
+    setpgid(0, 0);  // a group of its own (see the destructor)
     const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
@@ -47,6 +51,10 @@ bool ChildProcess::StartServer(const std::string& binary, std::vector<std::strin
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
+  }
+  if (pid_ > 0) {
+    setpgid(pid_, pid_);  // also from here, so the group exists before either side runs on
+    group_ = pid_;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {

@@ -36,7 +36,8 @@ class ChildProcess {
   bool Running();
 
  private:
-  pid_t pid_ = -1;  // negated once reaped
+  pid_t pid_ = -1;    // negated once reaped
+  pid_t group_ = -1;  // the process group the child leads (killed as a whole at the end)
   int port_ = 0;
   int exit_status_ = -1;
   std::string log_path_;
