@@ -20,4 +20,9 @@ const BuildInfo& GetBuildInfo();
 // "xserv 0.1.0 (commit abcdef012345[-dirty], Release, cuda on)".
 std::string VersionString();
 
+// The other identity fields of a result file: the current UTC time as "2026-11-29T20:58:31Z",
+// and this machine's CPU model from /proc/cpuinfo ("unknown" when it cannot be read).
+std::string UtcTimestamp();
+std::string CpuModelName();
+
 }  // namespace xserv

@@ -11,9 +11,7 @@ cd "$XSERV_ROOT"
 arch=${1:-qwen3-8b}
 prompts=${2:-32}
 len=${3:-256}
-case $arch in
-  qwen3*) tok=qwen3 ;; llama3*) tok=llama3 ;; gpt2) tok=gpt2 ;; *) echo "unknown arch" >&2; exit 2 ;;
-esac
+tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 start=$(date +%s)

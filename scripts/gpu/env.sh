@@ -15,3 +15,10 @@ if [[ -f $XSERV_ROOT/.bundle/assets.tar.xz && ! -d $XSERV_ROOT/.assets/tokenizer
   mkdir -p "$XSERV_ROOT/.assets" && tar -C "$XSERV_ROOT/.assets" -xJf "$XSERV_ROOT/.bundle/assets.tar.xz"
 fi
 export XSERV_SOURCE_DIR=$XSERV_ROOT  # tests locate tests/data and .assets through it
+# The .assets tokenizer folder of an architecture name the GPU scripts take (e2e_reference.py's).
+tokenizer_of() {
+  case $1 in
+    qwen3*) echo qwen3 ;; llama3*) echo llama3 ;; gpt2) echo gpt2 ;;
+    *) echo "unknown arch: $1" >&2; return 2 ;;
+  esac
+}

@@ -8,9 +8,7 @@ source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
 arch=${1:-qwen3-8b}
 batches=${2:-1,64}
-case $arch in
-  qwen3*) tok=qwen3 ;; llama3*) tok=llama3 ;; gpt2) tok=gpt2 ;; *) echo "unknown arch" >&2; exit 2 ;;
-esac
+tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \

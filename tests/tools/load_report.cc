@@ -34,21 +34,6 @@ json Distribution(std::vector<double> values_s) {
               {"max_ms", ms(values_s.empty() ? -1 : values_s.back())}};
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return buf;
-}
-
 }  // namespace
 
 ProcessUsage ReadProcessUsage(int pid) {
@@ -103,10 +88,11 @@ json LoadReportJson(const LoadConfig& config, const SseLoadResult& result,
   }
   const BuildInfo& build = GetBuildInfo();
   json report;
-  report["date"] = UtcNow();
+  report["date"] = xserv::UtcTimestamp();
   report["commit"] = std::string(build.git_commit) + (build.git_dirty ? "-dirty" : "");
   report["build_type"] = build.build_type;
-  report["hardware"] = {{"cpu", CpuModel()}, {"cores", std::thread::hardware_concurrency()}};
+  report["hardware"] = {{"cpu", xserv::CpuModelName()},
+                        {"cores", std::thread::hardware_concurrency()}};
   report["config"] = {{"streams", config.num_streams},
                       {"max_tokens", config.max_tokens},
                       {"token_interval_us", config.token_interval_us},

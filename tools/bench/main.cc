@@ -178,13 +178,6 @@ Json ConfigJson(const Flags& f, bool open_loop, const xserv::tools::Slo& slo) {
   return config;
 }
 
-std::string UtcNow() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char date[32];
-  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return date;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,7 +261,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     levels.push_back(std::move(m));
   }
-  const Json result = {{"date", UtcNow()},
+  const Json result = {{"date", xserv::UtcTimestamp()},
                        {"commit", xserv::VersionString()},
                        {"hardware", f.hardware},
                        {"tool", "xserv-bench"},

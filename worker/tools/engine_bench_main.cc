@@ -244,27 +244,6 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
 }
 #endif
 
-std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
                 const std::vector<BatchResult>& results) {
   const xserv::BuildInfo& build = xserv::GetBuildInfo();
@@ -278,12 +257,12 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
     if (!r.profile.is_null()) metrics.back()["profile"] = r.profile;
   }
   return Json{
-      {"date", UtcNow()},
+      {"date", xserv::UtcTimestamp()},
       {"commit", build.git_commit},
       {"dirty", build.git_dirty},
       {"build_type", build.build_type},
       {"hardware",
-       {{"cpu", CpuModelName()},
+       {{"cpu", xserv::CpuModelName()},
         {"threads", cfg.threads},
         {"logical_cpus", std::thread::hardware_concurrency()}}},
       {"model",
