@@ -49,6 +49,7 @@ struct WorkerFlags {
   std::string backend = "cpu";
   bool batch_invariant = false;
   bool cuda_graphs = true;
+  bool pp_overlap = true;
   std::string host = "127.0.0.1";
   int port = 50061;
   std::string port_file;
@@ -227,12 +228,16 @@ absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, Rendezvous
   return groups;
 }
 
+// Steps the leader keeps in flight: one per pipeline stage, so that every stage has one to run.
+int MaxInFlightSteps(const WorkerFlags& f) { return f.pp_overlap ? f.pp_size : 1; }
+
 engine::PipelineLink LinkOf(const WorkerFlags& f, parallel::Communicator* world) {
   if (f.pp_size == 1) return {};
   return engine::PipelineLink{
       .comm = world,
       .prev_rank = f.pp_rank > 0 ? GlobalRank(f) - f.tp_size : -1,
-      .next_rank = f.pp_rank + 1 < f.pp_size ? GlobalRank(f) + f.tp_size : -1};
+      .next_rank = f.pp_rank + 1 < f.pp_size ? GlobalRank(f) + f.tp_size : -1,
+      .max_in_flight = MaxInFlightSteps(f)};
 }
 
 // Every rank must address the same block ids: the pool is the smallest any rank can hold.
@@ -437,6 +442,7 @@ int Run(const WorkerFlags& f) {
   ec.step_root = LeaderRank(f);
   ec.pipeline = LinkOf(f, groups->world);
   ec.graphs = f.backend == "cuda" && f.cuda_graphs;
+  ec.scheduler.max_in_flight_steps = MaxInFlightSteps(f);
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = *num_blocks;
@@ -505,6 +511,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch-invariant", f.batch_invariant,
                  "cuda: matmul results independent of batch composition, so concurrent greedy "
                  "requests are reproducible (costs some speed)")
+      ->capture_default_str();
+  app.add_option("--pp-overlap", f.pp_overlap,
+                 "leader: keep one step in flight per pipeline stage so that the stages work "
+                 "concurrently (each step takes its share of the running requests)")
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")

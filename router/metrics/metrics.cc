@@ -72,6 +72,9 @@ std::string Metrics::Render() const {
   counter("prefix_cache_hits_total", "Prompt tokens found in the prefix caches.",
           workers_.prefix_hits);
   counter("num_preemptions_total", "Preemptions on the workers.", workers_.preemptions);
+  counter("pipeline_overlapped_steps_total",
+          "Steps a pipeline-parallel leader started while an earlier one was in flight.",
+          workers_.overlapped_steps);
   for (const auto& [name, series] : counters_) {
     out << "# TYPE " << kPrefix << name << " counter\n";
     for (const auto& [labels, value] : series) {

@@ -33,6 +33,7 @@ class Metrics {
   struct WorkerTotals {
     double running = 0, waiting = 0, kv_usage = 0;
     double prefix_queries = 0, prefix_hits = 0, preemptions = 0;
+    double overlapped_steps = 0;  // pipelined steps started while another was in flight
     double replicas_ready = 0, replicas_total = 0;
   };
   void SetWorkerTotals(const WorkerTotals& totals);

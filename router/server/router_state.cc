@@ -28,6 +28,7 @@ void RouterState::RefreshWorkerMetrics() {
     totals.prefix_queries += static_cast<double>(r.load.prefix_cache_queries());
     totals.prefix_hits += static_cast<double>(r.load.prefix_cache_hits());
     totals.preemptions += static_cast<double>(r.load.num_preemptions_total());
+    totals.overlapped_steps += static_cast<double>(r.load.num_overlapped_steps_total());
   }
   totals.replicas_ready = ready;
   if (ready > 0) totals.kv_usage /= ready;

@@ -32,17 +32,26 @@ struct Completion {
 class Stack {
  public:
   // Starts supervisor + router + tp*pp worker ranks serving `model`.
-  bool Start(const std::string& model, int tp, int pp = 1) {
+  bool Start(const std::string& model, int tp, int pp = 1, std::vector<std::string> extra = {}) {
     std::mt19937 rng(std::random_device{}());
     const int worker_port = 20000 + static_cast<int>(rng() % 20000);
-    return supervisor_.StartServer(
-        "xserv-supervisor",
-        {"--model", model, "--tp", std::to_string(tp), "--pp", std::to_string(pp),
-         "--worker-base-port",
-         std::to_string(worker_port), "--grace-period-s", "20", "--worker-arg=--kv-cache-memory",
-         "--worker-arg=0.0625", "--worker-arg=--swap-space-gb", "--worker-arg=0",
-         "--worker-arg=--threads", "--worker-arg=1"},
-        std::chrono::seconds(120));
+    std::vector<std::string> args = {
+        "--model", model, "--tp", std::to_string(tp), "--pp", std::to_string(pp),
+        "--worker-base-port",
+        std::to_string(worker_port), "--grace-period-s", "20", "--worker-arg=--kv-cache-memory",
+        "--worker-arg=0.0625", "--worker-arg=--swap-space-gb", "--worker-arg=0",
+        "--worker-arg=--threads", "--worker-arg=1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return supervisor_.StartServer("xserv-supervisor", args, std::chrono::seconds(120));
+  }
+
+  // A counter or gauge of the router's /metrics (xserv:<name>); -1 when absent.
+  double Metric(const std::string& name) {
+    const std::string body = HttpCall(supervisor_.port(), "GET", "/metrics").body;
+    const std::string key = "\nxserv:" + name + " ";
+    const size_t at = body.find(key);
+    if (at == std::string::npos) return -1;
+    return std::stod(body.substr(at + key.size()));
   }
 
   // Greedy completion of token ids with the logprob of every generated token.
@@ -100,6 +109,24 @@ std::vector<Completion> RunAll(const std::string& model, int tp, int pp = 1) {
   return out;
 }
 
+// Every prompt of Prompts() at once (so a pipelined leader has requests to split between its
+// steps in flight), `max_tokens` each; empty on any failure.
+std::vector<Completion> CompleteConcurrently(Stack& stack, int max_tokens) {
+  std::vector<std::future<std::optional<Completion>>> futures;
+  for (const auto& prompt : Prompts()) {
+    futures.push_back(std::async(std::launch::async, [&stack, prompt, max_tokens] {
+      return stack.Complete(prompt, max_tokens);
+    }));
+  }
+  std::vector<Completion> out;
+  for (auto& f : futures) {
+    std::optional<Completion> c = f.get();
+    if (!c) return {};
+    out.push_back(*c);
+  }
+  return out;
+}
+
 void ExpectSameGreedy(const std::vector<Completion>& base, const std::vector<Completion>& tp,
                       const std::string& what) {
   ASSERT_EQ(base.size(), tp.size()) << what;
@@ -133,6 +160,52 @@ TEST(Parallel, Qwen3LayoutsMatchSingleRank) {
 
 TEST(Parallel, GptOssLayoutsMatchSingleRank) {
   ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {1, 2}, {1, 3}, {2, 2}});
+}
+
+// The pipelined leader keeps one step in flight per stage (--pp-overlap, default on): with
+// concurrent requests the stages work on different steps at once (counted by the router's
+// xserv:pipeline_overlapped_steps_total), the tokens stay those of one rank, and SIGTERM still
+// drains cleanly with steps in flight. --pp-overlap=false runs one step at a time.
+TEST(Parallel, PipelineKeepsAStepInFlightPerStage) {
+  const std::string model = MakeTinyModel("qwen3", "qwen3", /*seed=*/3, /*num_layers=*/5);
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  constexpr int kTokens = 24;
+  std::vector<Completion> base;
+  {
+    Stack stack;
+    ASSERT_TRUE(stack.Start(model, 1)) << stack.supervisor().Log();
+    base = CompleteConcurrently(stack, kTokens);
+    ASSERT_EQ(base.size(), Prompts().size());
+    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0);
+  }
+  struct Layout {
+    int pp;
+    bool overlap;
+  };
+  for (const Layout layout : {Layout{2, true}, Layout{3, true}, Layout{2, false}}) {
+    const std::string what = "pp=" + std::to_string(layout.pp) +
+                             (layout.overlap ? " overlapped" : " one step at a time");
+    Stack stack;
+    ASSERT_TRUE(stack.Start(model, 1, layout.pp,
+                            {layout.overlap ? "--worker-arg=--pp-overlap=true"
+                                            : "--worker-arg=--pp-overlap=false"}))
+        << what << "\n" << stack.supervisor().Log();
+    ExpectSameGreedy(base, CompleteConcurrently(stack, kTokens), what);
+    // The router refreshes worker counters every 200 ms.
+    double overlapped = -1;
+    for (int i = 0; i < 50; ++i) {
+      overlapped = stack.Metric("pipeline_overlapped_steps_total");
+      if (overlapped > 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (layout.overlap) {
+      EXPECT_GT(overlapped, 0) << what;
+    } else {
+      EXPECT_EQ(overlapped, 0) << what;
+    }
+    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
+        << what << "\n" << stack.supervisor().Log();
+  }
 }
 
 TEST(Parallel, PeerKillRestartsTheReplica) {

@@ -1,5 +1,6 @@
 #include "worker/engine/device_step.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -136,9 +137,21 @@ absl::Status DeviceStepRunner::ReceiveHidden(const kernels::Tensor& hidden, int 
 }
 
 absl::Status DeviceStepRunner::SendHidden(const kernels::Tensor& hidden, int tag) {
-  staging_.resize(hidden.nbytes());
-  RETURN_IF_ERROR(backend_.CopyToHost(hidden, staging_.data()));
-  return link_.comm->Send(staging_, link_.next_rank, tag);
+  // The send completes only once the next stage takes it, which may be after this stage has
+  // run the following steps (the leader keeps several in flight): wait only for the send whose
+  // buffer is needed again.
+  const size_t ring = static_cast<size_t>(std::max(1, link_.max_in_flight));
+  send_staging_.resize(ring);
+  RETURN_IF_ERROR(link_.comm->WaitSends(ring - 1));
+  std::vector<std::byte>& staging = send_staging_[num_sent_++ % ring];
+  staging.resize(hidden.nbytes());
+  RETURN_IF_ERROR(backend_.CopyToHost(hidden, staging.data()));
+  return link_.comm->StartSend(staging, link_.next_rank, tag);
+}
+
+absl::Status DeviceStepRunner::Finish() {
+  if (link_.comm == nullptr) return absl::OkStatus();
+  return link_.comm->WaitSends();
 }
 
 absl::StatusOr<kernels::Tensor> DeviceStepRunner::Run(const DeviceStep& step) {

@@ -53,6 +53,10 @@ struct PipelineLink {
   parallel::Communicator* comm = nullptr;
   int prev_rank = -1;
   int next_rank = -1;
+  // Steps the leader may have in flight (SchedulerConfig::max_in_flight_steps, the same on every
+  // rank): a stage may finish that many before the next stage takes the first one's output, so
+  // it keeps as many sends pending (a smaller number deadlocks the pipeline).
+  int max_in_flight = 1;
 };
 
 // Runs `step` on this rank: block moves, then (when it has chunks) the forward pass of this
@@ -70,6 +74,9 @@ class DeviceStepRunner {
   // Decode-only steps go through `graphs` when it accepts them (not owned; null: never).
   void set_graphs(model::DecodeGraphs* graphs) { graphs_ = graphs; }
 
+  // Waits until the last step's output has reached the next stage (before this rank stops).
+  absl::Status Finish();
+
  private:
   // Hidden states between stages travel through host memory (any backend; the NCCL path of the
   // CUDA issue sends device buffers instead).
@@ -84,7 +91,10 @@ class DeviceStepRunner {
   PipelineLink link_;
   model::DecodeGraphs* graphs_ = nullptr;
   kernels::Buffer hidden_;            // [max tokens, H], allocated on the first pipelined step
-  std::vector<std::byte> staging_;    // host copy of one step's hidden states
+  std::vector<std::byte> staging_;       // host copy of the hidden states received
+  // Host copies of the hidden states sent, a ring of link.max_in_flight (sends may be pending).
+  std::vector<std::vector<std::byte>> send_staging_;
+  size_t num_sent_ = 0;
   int64_t forward_steps_ = 0;         // identical on every rank: the p2p tag
 };
 

@@ -288,16 +288,39 @@ absl::Status Engine::Publish(const DeviceStep& step) {
 }
 
 absl::StatusOr<bool> Engine::RunStep() {
-  StepPlan plan = scheduler_->Step();
-  for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
-  DeviceStep step;
+  bool progressed = false;
+  bool planned_work = false;
+  if (scheduler_->CanStep()) {
+    StepPlan plan = scheduler_->Step();
+    for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
+    progressed = !plan.finished.empty();
+    PendingStep pending = PrepareStep(std::move(plan));
+    const DeviceStep& step = pending.step;
+    if (pending.plan.HasWork() || !step.swap_out.empty() || !step.copies.empty() ||
+        !step.swap_in.empty()) {
+      RETURN_IF_ERROR(Publish(step));
+      planned_work = pending.plan.HasWork();
+      pending_.push_back(std::move(pending));
+    }
+  }
+  // Keep the pipeline full: while another step may be outstanding, plan it before running the
+  // oldest (the earlier stages start on it meanwhile).
+  if (planned_work && scheduler_->CanStep()) return true;
+  if (pending_.empty()) return progressed;
+  PendingStep oldest = std::move(pending_.front());
+  pending_.pop_front();
+  RETURN_IF_ERROR(FinishStep(oldest));
+  return true;
+}
+
+Engine::PendingStep Engine::PrepareStep(StepPlan plan) {
+  PendingStep pending;
+  DeviceStep& step = pending.step;
   step.swap_out = Pairs(plan.swap_out);
   for (const BlockCopy& c : plan.copies) step.copies.emplace_back(c.src, c.dst);
   step.swap_in = Pairs(plan.swap_in);
-
   const Time now = clock_->Now();
-  std::vector<int64_t> first_row(plan.seqs.size());
-  int64_t rows = 0;
+  pending.first_row.resize(plan.seqs.size());
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     ScheduledSequence& s = plan.seqs[i];
     Live& l = *live_.at(s.request_id);
@@ -307,36 +330,48 @@ absl::StatusOr<bool> Engine::RunStep() {
     }
     model::LogitsRows mode = s.samples ? model::LogitsRows::kLast : model::LogitsRows::kNone;
     if (l.WantsPromptLogprobs()) mode = model::LogitsRows::kAll;
-    first_row[i] = rows;
-    rows += mode == model::LogitsRows::kAll ? static_cast<int64_t>(s.token_ids.size())
-                                            : (mode == model::LogitsRows::kLast ? 1 : 0);
+    pending.first_row[i] = pending.rows;
+    pending.rows += mode == model::LogitsRows::kAll
+                        ? static_cast<int64_t>(s.token_ids.size())
+                        : (mode == model::LogitsRows::kLast ? 1 : 0);
     step.chunks.push_back(DeviceChunk{.tokens = s.token_ids,
                                       .start_position = s.start_position,
                                       .block_table = s.block_table,
                                       .logits = mode});
   }
-  if (plan.HasWork() || !step.swap_out.empty() || !step.copies.empty() ||
-      !step.swap_in.empty()) {
-    RETURN_IF_ERROR(Publish(step));
-  }
+  pending.plan = std::move(plan);
+  return pending;
+}
+
+absl::Status Engine::FinishStep(const PendingStep& pending) {
+  const StepPlan& plan = pending.plan;
+  const DeviceStep& step = pending.step;
+  const std::vector<int64_t>& first_row = pending.first_row;
   ASSIGN_OR_RETURN(const kernels::Tensor logits, runner_.Run(step));
-  if (!plan.HasWork()) return !plan.finished.empty();
+  if (!plan.HasWork()) return absl::OkStatus();
+  // Requests aborted (and reported) while this step was in flight have no Live any more; their
+  // rows are left unsampled and the scheduler drops their results.
+  auto live_of = [&](RequestId id) -> Live* {
+    auto it = live_.find(id);
+    return it == live_.end() ? nullptr : it->second.get();
+  };
   // One spec per logits row: prompt positions still to report are scored, each sampling
   // sequence's last row draws; only the small per-row results cross to the host.
-  std::vector<kernels::SampleRowSpec> specs(static_cast<size_t>(rows));
+  std::vector<kernels::SampleRowSpec> specs(static_cast<size_t>(pending.rows));
   std::vector<std::vector<kernels::TokenAdjustment>> adjustments(plan.seqs.size());
   std::vector<int64_t> draw_row(plan.seqs.size(), -1);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSequence& s = plan.seqs[i];
-    const Live& l = *live_.at(s.request_id);
+    const Live* l = live_of(s.request_id);
+    if (l == nullptr) continue;
     const bool all_rows = step.chunks[i].logits == model::LogitsRows::kAll;
     if (all_rows) {  // prompt logprobs of the positions this chunk covers, in order
-      size_t expected = l.prompt_logprobs.size() + 1;
+      size_t expected = l->prompt_logprobs.size() + 1;
       for (size_t j = 0; j < s.token_ids.size(); ++j) {
         const size_t next = static_cast<size_t>(s.start_position) + j + 1;
-        if (next >= l.params.prompt.size() || next != expected) continue;
+        if (next >= l->params.prompt.size() || next != expected) continue;
         specs[first_row[i] + j] =
-            sampling::ScoreSpec(l.params.prompt[next], l.params.sampling.prompt_logprobs);
+            sampling::ScoreSpec(l->params.prompt[next], l->params.sampling.prompt_logprobs);
         ++expected;
       }
     }
@@ -345,19 +380,23 @@ absl::StatusOr<bool> Engine::RunStep() {
                            : first_row[i];
     const std::span<const int32_t> outputs = scheduler_->OutputTokens(s.request_id);
     sampling::SamplingContext ctx;
-    ctx.prompt_tokens = l.params.prompt;
+    ctx.prompt_tokens = l->params.prompt;
     ctx.output_tokens = outputs;
-    ctx.seed = l.seed;
-    if (static_cast<int32_t>(outputs.size()) < l.params.min_tokens) ctx.banned_tokens = l.banned;
-    specs[draw_row[i]] = sampling::DrawSpec(l.params.sampling, ctx, adjustments[i]);
+    ctx.seed = l->seed;
+    if (static_cast<int32_t>(outputs.size()) < l->params.min_tokens) {
+      ctx.banned_tokens = l->banned;
+    }
+    specs[draw_row[i]] = sampling::DrawSpec(l->params.sampling, ctx, adjustments[i]);
   }
   std::vector<kernels::SampleRowResult> sampled(specs.size());
-  if (rows > 0) RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
+  if (pending.rows > 0) RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
 
   StepResult result{.step_id = plan.step_id};
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSequence& s = plan.seqs[i];
-    Live& l = *live_.at(s.request_id);
+    Live* lp = live_of(s.request_id);
+    if (lp == nullptr) continue;
+    Live& l = *lp;
     if (step.chunks[i].logits == model::LogitsRows::kAll) {
       for (size_t j = 0; j < s.token_ids.size(); ++j) {
         const size_t next = static_cast<size_t>(s.start_position) + j + 1;
@@ -383,8 +422,7 @@ absl::StatusOr<bool> Engine::RunStep() {
     }
     l.params.sink->OnTokens({out}, std::move(prompt_logprobs));
   }
-  RETURN_IF_ERROR(scheduler_->OnStepResult(result));
-  return true;
+  return scheduler_->OnStepResult(result);
 }
 
 void Engine::FailAll(const absl::Status& status) {
@@ -398,6 +436,7 @@ void Engine::FailAll(const absl::Status& status) {
                                              .message = "engine failure: " + status.ToString()});
   }
   live_.clear();
+  pending_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   live_ids_.clear();
 }
@@ -460,7 +499,16 @@ void Engine::Loop() {
     UpdateLoad(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                    .count());
   }
-  // Shutdown: peers leave their loops; everything still live ends as aborted.
+  // Shutdown: steps the peers already run are run here too (their results are dropped), so
+  // every hand-off between stages completes; then peers leave their loops and everything still
+  // live ends as aborted.
+  for (const PendingStep& pending : pending_) {
+    if (const absl::Status ran = runner_.Run(pending.step).status(); !ran.ok()) {
+      spdlog::warn("running a step still in flight at shutdown: {}", ran.ToString());
+      break;
+    }
+  }
+  pending_.clear();
   const absl::Status stopped = Publish(DeviceStep{.kind = DeviceStep::Kind::kStop});
   if (!stopped.ok()) spdlog::warn("telling the peer ranks to stop: {}", stopped.ToString());
   DrainInbox();

@@ -101,6 +101,13 @@ class Engine {
 
  private:
   struct Live;  // per-request state owned by the loop (engine.cc)
+  // A plan published to the peers and not yet run on this rank.
+  struct PendingStep {
+    StepPlan plan;
+    DeviceStep step;
+    std::vector<int64_t> first_row;  // per sequence: its first logits row
+    int64_t rows = 0;                // logits rows of the step
+  };
 
   Engine(const EngineConfig& config, kernels::Backend& backend, std::unique_ptr<model::Model> model,
          std::unique_ptr<model::KvCache> kv, std::unique_ptr<Scheduler> scheduler,
@@ -108,8 +115,13 @@ class Engine {
 
   void Loop();
   void DrainInbox();
-  // One scheduler step; true when it did anything (ran a batch or delivered a finish).
+  // One scheduler step: plans (and publishes) the next step while the pipeline has room, then
+  // runs the oldest outstanding one unless another may still be planned first. True when it
+  // did anything (planned or ran a batch, or delivered a finish).
   absl::StatusOr<bool> RunStep();
+  PendingStep PrepareStep(StepPlan plan);
+  // Runs `pending` on this rank, samples and hands the result to the scheduler and the sinks.
+  absl::Status FinishStep(const PendingStep& pending);
   // Sends `step` to the peer ranks (no-op without step_comm).
   absl::Status Publish(const DeviceStep& step);
   void DeliverFinished(const FinishedRequest& finished);
@@ -127,6 +139,7 @@ class Engine {
   kernels::Buffer logits_;      // f32 [max_tokens, vocab]
   DeviceStepRunner runner_;
   std::chrono::steady_clock::time_point last_publish_{};  // loop thread: the last step sent
+  std::deque<PendingStep> pending_;  // loop thread: published, oldest first
 
   // Loop-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

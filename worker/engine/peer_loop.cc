@@ -16,7 +16,7 @@ absl::Status RunPeerLoop(parallel::Communicator& comm, int root, DeviceStepRunne
     ASSIGN_OR_RETURN(DeviceStep step, ParseDeviceStep(bytes));
     switch (step.kind) {
       case DeviceStep::Kind::kStop:
-        return absl::OkStatus();
+        return runner.Finish();
       case DeviceStep::Kind::kIdle:
         ++s.heartbeats;
         continue;

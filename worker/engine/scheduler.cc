@@ -80,25 +80,32 @@ void Scheduler::Finish(Request* r, FinishReason reason, std::string message) {
 // ---- Step ------------------------------------------------------------------------------
 
 StepPlan Scheduler::Step() {
-  // The previous plan's KV writes must be committed before blocks are planned again.
-  XSERV_CHECK(in_flight_.empty());
+  XSERV_CHECK(CanStep());
   StepPlan plan;
   plan.step_id = ++num_steps_;
   int32_t budget = config_.max_num_batched_tokens;
+  // With several plans outstanding, each takes its share of the live requests, so that the
+  // next plan finds the rest rather than nothing.
+  const size_t max_seqs =
+      config_.max_in_flight_steps == 1
+          ? requests_.size()
+          : (requests_.size() + config_.max_in_flight_steps - 1) / config_.max_in_flight_steps;
+  auto full = [&] { return budget == 0 || plan.seqs.size() >= max_seqs; };
 
   // 1. Running decodes: one token each, so that ongoing streams keep their pace.
   for (RequestId id : Snapshot(running_)) {
-    if (budget == 0) break;
+    if (full()) break;
     Request* r = Find(id);
-    // Skip requests preempted or finished by an earlier iteration of this loop.
-    if (r == nullptr || r->state != RequestState::kDecoding) continue;
+    // Skip requests preempted or finished by an earlier iteration of this loop, and those
+    // whose previous step has not come back.
+    if (r == nullptr || r->in_flight || r->state != RequestState::kDecoding) continue;
     budget -= ScheduleRunning(r, budget, plan);
   }
   // 2. Running prefills: the next chunk of each, in queue order.
   for (RequestId id : Snapshot(running_)) {
-    if (budget == 0) break;
+    if (full()) break;
     Request* r = Find(id);
-    if (r == nullptr || r->state != RequestState::kPrefilling) continue;
+    if (r == nullptr || r->in_flight || r->state != RequestState::kPrefilling) continue;
     budget -= ScheduleRunning(r, budget, plan);
   }
   // A step that preempted is out of blocks: bringing work back now would only thrash, and
@@ -107,7 +114,7 @@ StepPlan Scheduler::Step() {
   // 3. Swapped-out requests resume before anything new starts (they were admitted earlier).
   if (!preempted) {
     for (RequestId id : Snapshot(swapped_)) {
-      if (budget == 0 || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
+      if (full() || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
       const int32_t n = ScheduleSwapIn(Find(id), budget, plan);
       if (n == 0) break;  // keep queue order: no overtaking
       budget -= n;
@@ -116,7 +123,7 @@ StepPlan Scheduler::Step() {
   // 4. Waiting requests (new, or preempted by recompute), head of line first.
   if (!preempted && swapped_.empty()) {
     for (RequestId id : Snapshot(waiting_)) {
-      if (budget == 0 || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
+      if (full() || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
       Request* r = Find(id);
       XSERV_CHECK(r != nullptr);
       if (blocks_.BlocksFor(r->num_tokens()) > blocks_.num_device_blocks()) {
@@ -133,7 +140,6 @@ StepPlan Scheduler::Step() {
   }
   plan.finished = std::move(pending_finished_);
   pending_finished_.clear();
-  in_flight_step_ = plan.step_id;
   return plan;
 }
 
@@ -161,7 +167,7 @@ int32_t Scheduler::ScheduleRunning(Request* r, int32_t budget, StepPlan& plan) {
       AddToPlan(r, n, /*resumed=*/false, plan);
       return n;
     }
-    Request* victim = PickVictim(plan.step_id);
+    Request* victim = PickVictim();
     if (victim != r) {
       Preempt(victim, plan);
       continue;
@@ -231,9 +237,10 @@ int32_t Scheduler::ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan)
   return n;
 }
 
-Request* Scheduler::PickVictim(uint64_t step_id) const {
+Request* Scheduler::PickVictim() const {
+  // Requests of this plan are in flight too: AddToPlan marks them.
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if (it->second->scheduled_in_step != step_id) return it->second;
+    if (!it->second->in_flight) return it->second;
   }
   XSERV_CHECK(false && "no preemption candidate: the requester itself is always one");
   return nullptr;
@@ -277,8 +284,14 @@ void Scheduler::AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, Step
   s.num_cached_tokens = (s.is_new || resumed) ? r->num_cached_tokens : 0;
   ++r->num_steps_scheduled;
   r->scheduled_in_step = plan.step_id;
+  r->in_flight = true;
   plan.num_batched_tokens += num_new_tokens;
-  in_flight_.push_back({.id = r->spec.id, .num_new_tokens = num_new_tokens, .samples = s.samples});
+  if (in_flight_.empty() || in_flight_.back().step_id != plan.step_id) {
+    if (!in_flight_.empty()) ++num_overlapped_steps_total_;
+    in_flight_.push_back({.step_id = plan.step_id});
+  }
+  in_flight_.back().entries.push_back(
+      {.id = r->spec.id, .num_new_tokens = num_new_tokens, .samples = s.samples});
 }
 
 // ---- Results ---------------------------------------------------------------------------
@@ -288,16 +301,17 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
     if (result.sampled.empty()) return absl::OkStatus();
     return absl::FailedPreconditionError("no step in flight");
   }
-  if (result.step_id != in_flight_step_) {
+  const InFlightStep& step = in_flight_.front();
+  if (result.step_id != step.step_id) {
     return absl::InvalidArgumentError(absl::StrCat("result for step ", result.step_id,
-                                                   ", expected ", in_flight_step_));
+                                                   ", expected ", step.step_id));
   }
   // Validate before mutating: one token per live sampling entry, none for anything else.
   // Requests aborted since Step() are gone; tokens for them are dropped.
   absl::flat_hash_set<RequestId> expected;
-  for (const InFlight& f : in_flight_) {
+  for (const InFlight& f : step.entries) {
     const Request* r = Find(f.id);
-    if (f.samples && r != nullptr && r->scheduled_in_step == in_flight_step_) {
+    if (f.samples && r != nullptr && r->scheduled_in_step == step.step_id) {
       expected.insert(f.id);
     }
   }
@@ -313,13 +327,14 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
     return absl::InvalidArgumentError("a sampling request got no token");
   }
 
-  for (const InFlight& f : in_flight_) {
+  for (const InFlight& f : step.entries) {
     Request* r = Find(f.id);
-    if (r == nullptr || r->scheduled_in_step != in_flight_step_) continue;
+    if (r == nullptr || r->scheduled_in_step != step.step_id) continue;
     r->num_computed_tokens += f.num_new_tokens;
+    r->in_flight = false;
     blocks_.CommitComputed(f.id, r->tokens, r->num_computed_tokens);
   }
-  in_flight_.clear();
+  in_flight_.pop_front();
 
   for (const SampledToken& s : result.sampled) {
     Request* r = Find(s.request_id);
@@ -395,6 +410,7 @@ SchedulerStats Scheduler::Stats() const {
           .num_prompt_tokens_total = num_prompt_tokens_total_,
           .num_generation_tokens_total = num_generation_tokens_total_,
           .num_preemptions_total = num_preemptions_total_,
+          .num_overlapped_steps_total = num_overlapped_steps_total_,
           .blocks = blocks_.Stats()};
 }
 
@@ -434,7 +450,6 @@ absl::Status Scheduler::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("swapped request ", r->spec.id, " not on host"));
     }
   }
-  const bool mid_step = !in_flight_.empty();
   for (const auto& [key, r] : running_) {
     const RequestId id = r->spec.id;
     if (!blocks_.HasSequence(id) || blocks_.IsSwappedOut(id)) {
@@ -445,7 +460,8 @@ absl::Status Scheduler::CheckInvariants() const {
     if (covered < r->num_computed_tokens || r->num_computed_tokens >= r->num_tokens()) {
       return absl::InternalError(absl::StrCat("running request ", id, " has bad counts"));
     }
-    if (!mid_step && r->state == S::kDecoding && r->num_computed_tokens + 1 != r->num_tokens()) {
+    if (!r->in_flight && r->state == S::kDecoding &&
+        r->num_computed_tokens + 1 != r->num_tokens()) {
       return absl::InternalError(absl::StrCat("decoding request ", id, " is behind"));
     }
   }

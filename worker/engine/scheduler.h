@@ -9,8 +9,14 @@
 // Engine loop contract:
 //   AddRequest / AbortRequest      any time between steps;
 //   plan = Step();                 report plan.finished, execute the plan (see step_plan.h);
-//   OnStepResult(result)           exactly once after each plan with HasWork(), before the next
-//                                  Step(); one SampledToken per entry with samples == true.
+//   OnStepResult(result)           exactly once for each plan with HasWork(), in plan order;
+//                                  one SampledToken per entry with samples == true.
+// Step() may be called again before the last plan's result while fewer than
+// config.max_in_flight_steps plans with work are outstanding (CanStep()): requests of an
+// outstanding plan are left out of new plans (their KV counts are not final yet) and are never
+// preemption victims, and each plan takes at most 1 / max_in_flight_steps of the live requests,
+// so consecutive plans split the batch between them. Plans must be executed in order: an
+// aborted request's blocks may be reused by the next plan while its last one is still running.
 // Who ends a request: the engine decides kStop (EOS / stop ids / min_tokens / ignore_eos — it
 // owns the sampling parameters) via SampledToken::stop; the scheduler decides kLength
 // (max_tokens, max_model_len), kAbort (AbortRequest) and kError (cannot fit in the KV pool).
@@ -18,6 +24,7 @@
 #pragma once
 
 #include <any>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,6 +52,8 @@ struct SchedulerStats {
   uint64_t num_prompt_tokens_total = 0;      // prompt tokens of requests admitted once
   uint64_t num_generation_tokens_total = 0;  // sampled tokens accepted
   uint64_t num_preemptions_total = 0;
+  // Plans with work handed out while an earlier one was still outstanding (pipelined steps).
+  uint64_t num_overlapped_steps_total = 0;
   BlockManagerStats blocks;
 };
 
@@ -63,6 +72,11 @@ class Scheduler {
 
   StepPlan Step();
   absl::Status OnStepResult(const StepResult& result);
+  // Whether Step() may be called now: fewer than max_in_flight_steps plans await their results.
+  bool CanStep() const {
+    return static_cast<int32_t>(in_flight_.size()) < config_.max_in_flight_steps;
+  }
+  int32_t num_steps_in_flight() const { return static_cast<int32_t>(in_flight_.size()); }
 
   // True while any request is queued, running or swapped, or a termination awaits reporting.
   bool HasPendingWork() const { return !requests_.empty() || !pending_finished_.empty(); }
@@ -85,6 +99,10 @@ class Scheduler {
     int32_t num_new_tokens;
     bool samples;
   };
+  struct InFlightStep {
+    uint64_t step_id = 0;
+    std::vector<InFlight> entries;
+  };
 
   Scheduler(const SchedulerConfig& config, const Clock* clock);
 
@@ -98,8 +116,8 @@ class Scheduler {
   int32_t ScheduleRunning(Request* r, int32_t budget, StepPlan& plan);
   int32_t ScheduleSwapIn(Request* r, int32_t budget, StepPlan& plan);
   int32_t ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan);
-  // The worst running request not yet scheduled in this step.
-  Request* PickVictim(uint64_t step_id) const;
+  // The worst running request in no outstanding plan (this one included).
+  Request* PickVictim() const;
   void Preempt(Request* r, StepPlan& plan);
   void AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, StepPlan& plan);
   // Removes `r` from its queue, frees its blocks and destroys it; `r` dangles afterwards.
@@ -117,14 +135,14 @@ class Scheduler {
   Queue swapped_;  // kPreemptedSwapped
   std::vector<FinishedRequest> pending_finished_;
 
-  std::vector<InFlight> in_flight_;  // entries of the last plan, until OnStepResult
-  uint64_t in_flight_step_ = 0;
+  std::deque<InFlightStep> in_flight_;  // plans with work awaiting OnStepResult, oldest first
 
   uint64_t next_arrival_seq_ = 1;
   uint64_t num_steps_ = 0;
   uint64_t num_prompt_tokens_total_ = 0;
   uint64_t num_generation_tokens_total_ = 0;
   uint64_t num_preemptions_total_ = 0;
+  uint64_t num_overlapped_steps_total_ = 0;
 };
 
 }  // namespace xserv::engine

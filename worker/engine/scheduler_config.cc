@@ -18,6 +18,9 @@ absl::Status SchedulerConfig::Validate() const {
   if (admission_watermark < 0.f || admission_watermark >= 1.f) {
     return absl::InvalidArgumentError("admission_watermark must be in [0, 1)");
   }
+  if (max_in_flight_steps < 1 || max_in_flight_steps > 64) {
+    return absl::InvalidArgumentError("max_in_flight_steps must be in [1, 64]");
+  }
   // Without chunking a prompt is scheduled whole; a longer one could never start.
   if (!enable_chunked_prefill && max_num_batched_tokens < max_model_len) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -50,6 +50,10 @@ struct SchedulerConfig {
   // running decodes do not preempt right after an admission. Ignored when nothing runs.
   float admission_watermark = 0.01f;
   BlockManagerConfig blocks;  // pool sizes, block size, enable_prefix_caching
+  // Plans handed out before the oldest one's result comes back. 1: one step at a time. A
+  // pipeline of P stages keeps P in flight (each with its own share of the running requests),
+  // so every stage has a step to work on (cf. vLLM's virtual engines).
+  int32_t max_in_flight_steps = 1;
 
   absl::Status Validate() const;
 };

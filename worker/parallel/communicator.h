@@ -53,6 +53,14 @@ class Communicator {
   // For float tensors, pass std::as_bytes(span) / std::as_writable_bytes(span).
   virtual absl::Status Send(std::span<const std::byte> data, int dst, int tag) = 0;
   virtual absl::Status Recv(std::span<std::byte> data, int src, int tag) = 0;
+  // A Send that returns at once (pipeline stages hand their output on and start the next step
+  // while the next stage is still busy). `data` must stay valid and unchanged until WaitSends()
+  // says it was delivered. The default sends synchronously.
+  virtual absl::Status StartSend(std::span<const std::byte> data, int dst, int tag) {
+    return Send(data, dst, tag);
+  }
+  // Waits, oldest first, until at most `max_pending` StartSends are still undelivered.
+  virtual absl::Status WaitSends(size_t max_pending = 0) { return absl::OkStatus(); }
   virtual absl::Status Barrier() = 0;
 };
 

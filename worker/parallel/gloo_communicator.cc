@@ -13,7 +13,9 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <deque>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -137,6 +139,29 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  absl::Status StartSend(std::span<const std::byte> data, int dst, int tag) override {
+    RETURN_IF_ERROR(CheckPeer("StartSend", dst, tag));
+    return Run("StartSend", [&] {
+      if (data.empty()) return absl::OkStatus();
+      auto buf = context_->createUnboundBuffer(const_cast<std::byte*>(data.data()), data.size());
+      buf->send(dst, kP2PSlotPrefix | static_cast<uint64_t>(tag));
+      pending_sends_.push_back(std::move(buf));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status WaitSends(size_t max_pending) override {
+    return Run("WaitSends", [&] {
+      while (pending_sends_.size() > max_pending) {
+        if (!pending_sends_.front()->waitSend(context_->getTimeout())) {
+          return absl::AbortedError("send aborted");
+        }
+        pending_sends_.pop_front();
+      }
+      return absl::OkStatus();
+    });
+  }
+
   absl::Status Barrier() override {
     const uint32_t tag = next_tag_++;
     return Run("Barrier", [&] {
@@ -174,6 +199,7 @@ class GlooCommunicator final : public Communicator {
   // ProcessGroupGloo), so consecutive collectives never share Gloo slots.
   uint32_t next_tag_ = 0;
   absl::Status broken_;
+  std::deque<std::unique_ptr<gloo::transport::UnboundBuffer>> pending_sends_;  // StartSend's
 };
 
 }  // namespace

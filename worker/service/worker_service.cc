@@ -142,6 +142,7 @@ grpc::ServerUnaryReactor* WorkerService::Load(grpc::CallbackServerContext* conte
   response->set_prompt_tokens_total(s.num_prompt_tokens_total);
   response->set_generation_tokens_total(s.num_generation_tokens_total);
   response->set_num_preemptions_total(s.num_preemptions_total);
+  response->set_num_overlapped_steps_total(s.num_overlapped_steps_total);
   response->set_step_time_ms_avg(load.step_time_ms_avg);
   response->set_draining(load.draining || draining_);
   return Done(context, grpc::Status::OK);

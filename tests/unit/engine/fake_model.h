@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/engine/test_util.h"
 #include "worker/engine/scheduler.h"
 
 namespace xserv::engine::testing {
@@ -80,6 +82,10 @@ class FakeModel {
   std::vector<int32_t> host_;
 };
 
+inline bool HasBlockOps(const StepPlan& plan) {
+  return !plan.swap_out.empty() || !plan.copies.empty() || !plan.swap_in.empty();
+}
+
 struct Outcome {
   std::vector<int32_t> tokens;
   std::optional<FinishReason> reason;
@@ -105,35 +111,70 @@ inline Outcome Reference(std::vector<int32_t> context, int32_t max_tokens, int32
 }
 
 // Engine loop stand-in: Step, execute, report; records every request's stream and ending.
+// Like the engine, it keeps up to config.max_in_flight_steps plans outstanding: it plans again
+// before executing the oldest while the scheduler allows (plans run in order).
 class Driver {
  public:
   Driver(Scheduler& scheduler, int32_t vocab, std::optional<int32_t> eos = std::nullopt)
       : scheduler_(scheduler), model_(scheduler.config().blocks, vocab, eos) {}
 
-  // One engine iteration; returns the plan for inspection.
+  // One engine iteration; returns the plan for inspection (empty when none could be made).
   StepPlan Step() {
-    StepPlan plan = scheduler_.Step();
-    for (const FinishedRequest& f : plan.finished) {
-      Outcome& o = outcomes_[f.request_id];
-      EXPECT_FALSE(o.reason.has_value()) << "request " << f.request_id << " finished twice";
-      o.reason = f.reason;
-      o.message = f.message;
+    StepPlan plan;
+    bool planned_work = false;
+    if (scheduler_.CanStep()) {
+      plan = scheduler_.Step();
+      for (const FinishedRequest& f : plan.finished) {
+        Outcome& o = outcomes_[f.request_id];
+        EXPECT_FALSE(o.reason.has_value()) << "request " << f.request_id << " finished twice";
+        o.reason = f.reason;
+        o.message = f.message;
+      }
+      for (const StepPlan& other : outstanding_) {
+        for (const ScheduledSequence& s : plan.seqs) {
+          EXPECT_EQ(FindSeq(other, s.request_id), nullptr)
+              << "request " << s.request_id << " in two outstanding plans";
+        }
+      }
+      planned_work = plan.HasWork();
+      // A plan of block moves only (e.g. a request preempting itself) must run too.
+      if (planned_work || HasBlockOps(plan)) outstanding_.push_back(plan);
     }
-    if (plan.HasWork()) {
-      StepResult result = model_.Execute(plan);
-      for (const SampledToken& s : result.sampled) outcomes_[s.request_id].tokens.push_back(s.token_id);
-      EXPECT_TRUE(scheduler_.OnStepResult(result).ok());
-    }
+    if (!outstanding_.empty() && !(planned_work && scheduler_.CanStep())) FinishOldest();
     return plan;
   }
 
   // Steps until nothing is pending; fails the test if that takes more than `max_steps`.
   void RunToCompletion(int max_steps = 100000) {
-    for (int i = 0; i < max_steps && scheduler_.HasPendingWork(); ++i) {
+    for (int i = 0; i < max_steps && (scheduler_.HasPendingWork() || !outstanding_.empty());
+         ++i) {
       Step();
       ASSERT_TRUE(scheduler_.CheckInvariants().ok()) << scheduler_.CheckInvariants();
     }
     ASSERT_FALSE(scheduler_.HasPendingWork()) << "did not finish in " << max_steps << " steps";
+  }
+
+  // Executes the oldest outstanding plan and reports its result.
+  void FinishOldest() {
+    const StepPlan plan = std::move(outstanding_.front());
+    outstanding_.pop_front();
+    StepResult result = model_.Execute(plan);
+    if (!plan.HasWork()) return;  // block moves only: no result expected
+    for (const SampledToken& s : result.sampled) {
+      // Requests aborted (and reported) while in flight keep the stream they had.
+      Outcome& o = outcomes_[s.request_id];
+      if (!o.reason) o.tokens.push_back(s.token_id);
+    }
+    EXPECT_TRUE(scheduler_.OnStepResult(result).ok());
+  }
+  size_t num_outstanding() const { return outstanding_.size(); }
+  // Requests of the plans not yet executed.
+  std::vector<RequestId> OutstandingIds() const {
+    std::vector<RequestId> ids;
+    for (const StepPlan& plan : outstanding_) {
+      for (const ScheduledSequence& s : plan.seqs) ids.push_back(s.request_id);
+    }
+    return ids;
   }
 
   const std::map<RequestId, Outcome>& outcomes() const { return outcomes_; }
@@ -143,6 +184,7 @@ class Driver {
   Scheduler& scheduler_;
   FakeModel model_;
   std::map<RequestId, Outcome> outcomes_;
+  std::deque<StepPlan> outstanding_;  // planned, not yet executed; oldest first
 };
 
 }  // namespace xserv::engine::testing

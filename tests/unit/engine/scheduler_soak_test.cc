@@ -1,6 +1,7 @@
 // Randomised soak: thousands of adds, aborts (also between Step and OnStepResult), steps and
 // results over random configurations, with every invariant checked after every step, outputs
 // checked against the reference model, and an empty pool at the end.
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -22,6 +23,7 @@ struct SoakParams {
   PreemptionMode mode;
   bool chunked;
   bool prefix_caching;
+  int32_t in_flight = 1;  // max_in_flight_steps: > 1 keeps plans outstanding as a pipeline does
 };
 
 SchedulerConfig RandomConfig(const SoakParams& p, std::mt19937& rng) {
@@ -44,6 +46,7 @@ SchedulerConfig RandomConfig(const SoakParams& p, std::mt19937& rng) {
                                  ? pick(full / 2, full * 3)
                                  : pick(0, 1) * full;  // 0 turns swapping off
   c.blocks.enable_prefix_caching = p.prefix_caching;
+  c.max_in_flight_steps = p.in_flight;
   return c;
 }
 
@@ -92,27 +95,47 @@ TEST_P(SoakTest, InvariantsHoldAndNothingLeaks) {
       live.erase(*id);
     }
   };
-  auto step = [&](bool abort_mid_step) {
-    StepPlan plan = s->Step();
-    ++num_steps;
-    num_preemptions += static_cast<int>(plan.preempted.size());
-    EXPECT_LE(plan.num_batched_tokens, c.max_num_batched_tokens);
-    EXPECT_LE(static_cast<int32_t>(plan.seqs.size()), c.max_num_seqs);
-    for (const FinishedRequest& f : plan.finished) {
-      auto it = live.find(f.request_id);
-      if (it == live.end()) continue;  // aborted by the test, already recorded
-      done[f.request_id] = {.tokens = it->second.output, .reason = f.reason, .message = ""};
-      live.erase(it);
-    }
-    if (!plan.HasWork()) return;
+  // Plans handed out and not yet executed, oldest first (several with p.in_flight > 1).
+  std::deque<StepPlan> outstanding;
+  auto finish_oldest = [&](bool abort_mid_step) {
+    const StepPlan plan = std::move(outstanding.front());
+    outstanding.pop_front();
     if (abort_mid_step) abort_one();
     StepResult result = model.Execute(plan);
+    if (!plan.HasWork()) return;  // block moves only
     for (const SampledToken& t : result.sampled) {
       auto it = live.find(t.request_id);
       if (it != live.end()) it->second.output.push_back(t.token_id);
     }
     ASSERT_TRUE(s->OnStepResult(result).ok());
     ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+  };
+  auto step = [&](bool abort_mid_step) {
+    if (s->CanStep()) {
+      StepPlan plan = s->Step();
+      ++num_steps;
+      num_preemptions += static_cast<int>(plan.preempted.size());
+      EXPECT_LE(plan.num_batched_tokens, c.max_num_batched_tokens);
+      EXPECT_LE(static_cast<int32_t>(plan.seqs.size()), c.max_num_seqs);
+      for (const FinishedRequest& f : plan.finished) {
+        auto it = live.find(f.request_id);
+        if (it == live.end()) continue;  // aborted by the test, already recorded
+        done[f.request_id] = {.tokens = it->second.output, .reason = f.reason, .message = ""};
+        live.erase(it);
+      }
+      for (const StepPlan& other : outstanding) {
+        for (const ScheduledSequence& seq : plan.seqs) {
+          ASSERT_EQ(testing::FindSeq(other, seq.request_id), nullptr)
+              << "request " << seq.request_id << " in two outstanding plans";
+        }
+      }
+      // A plan of block moves only (a request preempting itself) must run too.
+      if (plan.HasWork() || testing::HasBlockOps(plan)) outstanding.push_back(std::move(plan));
+      ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+    }
+    // A pipelined engine sometimes plans again before the oldest result is back.
+    if (outstanding.empty() || (s->CanStep() && pick(0, 1) == 0)) return;
+    finish_oldest(abort_mid_step);
   };
 
   for (int op = 0; op < 5000; ++op) {
@@ -138,8 +161,10 @@ TEST_P(SoakTest, InvariantsHoldAndNothingLeaks) {
     }
     clock.Advance(std::chrono::microseconds(pick(0, 500)));
   }
-  // Drain: no hang allowed.
-  for (int i = 0; i < 20000 && s->HasPendingWork(); ++i) step(false);
+  // Drain: no hang allowed. (One sequence per step and idle iterations of a pipelined run can
+  // take tens of thousands of iterations.)
+  for (int i = 0; i < 200000 && s->HasPendingWork(); ++i) step(false);
+  while (!outstanding.empty()) finish_oldest(false);  // plans of requests aborted in flight
   ASSERT_FALSE(s->HasPendingWork()) << "scheduler did not drain";
   EXPECT_TRUE(live.empty());
 
@@ -224,6 +249,15 @@ std::vector<SoakParams> AllParams() {
       }
     }
   }
+  // Pipelined: two or three plans outstanding.
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
+      for (bool chunked : {true, false}) {
+        out.push_back({.seed = seed, .mode = mode, .chunked = chunked, .prefix_caching = true,
+                       .in_flight = static_cast<int32_t>(2 + seed % 2)});
+      }
+    }
+  }
   return out;
 }
 
@@ -233,7 +267,8 @@ INSTANTIATE_TEST_SUITE_P(
       const SoakParams& p = info.param;
       return "seed" + std::to_string(p.seed) +
              (p.mode == PreemptionMode::kSwap ? "_swap" : "_recompute") +
-             (p.chunked ? "_chunked" : "_whole") + (p.prefix_caching ? "_cache" : "_nocache");
+             (p.chunked ? "_chunked" : "_whole") + (p.prefix_caching ? "_cache" : "_nocache") +
+             (p.in_flight > 1 ? "_inflight" + std::to_string(p.in_flight) : "");
     });
 
 }  // namespace

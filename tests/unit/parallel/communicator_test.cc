@@ -148,6 +148,34 @@ TEST_P(GlooWorldTest, SendRecvRingWithTags) {
   });
 }
 
+// A pipeline stage's pattern: every rank starts sends to the next rank without waiting, goes on
+// (here: a broadcast every rank joins, as the step plan is), and only then receives. Synchronous
+// Sends would deadlock here on every rank at once.
+TEST_P(GlooWorldTest, StartSendLetsEveryRankSendBeforeItReceives) {
+  RunRanks(world(), [&](Communicator& comm) {
+    const int w = comm.world_size();
+    const int next = (comm.rank() + 1) % w;
+    const int prev = (comm.rank() + w - 1) % w;
+    constexpr int kSends = 3;
+    std::vector<std::vector<int32_t>> out(kSends);
+    for (int i = 0; i < kSends; ++i) {
+      out[i].assign(1000, comm.rank() * 100 + i);
+      ASSERT_TRUE(comm.StartSend(std::as_bytes(std::span(out[i])), next, /*tag=*/5).ok());
+    }
+    std::string plan = comm.rank() == 0 ? "step" : "";
+    ASSERT_TRUE(BroadcastString(comm, plan, 0).ok());
+    EXPECT_EQ(plan, "step");
+    for (int i = 0; i < kSends; ++i) {  // same (peer, tag): in order
+      std::vector<int32_t> in(1000, -1);
+      ASSERT_TRUE(comm.Recv(std::as_writable_bytes(std::span(in)), prev, 5).ok());
+      EXPECT_EQ(in, std::vector<int32_t>(1000, prev * 100 + i));
+      // Sends drain as the next rank receives: at most the not-yet-received ones remain.
+      ASSERT_TRUE(comm.WaitSends(kSends).ok());
+    }
+    ASSERT_TRUE(comm.WaitSends(0).ok());
+  });
+}
+
 TEST_P(GlooWorldTest, BarrierWaitsForEveryRank) {
   std::atomic<int> arrived{0};
   RunRanks(world(), [&](Communicator& comm) {
