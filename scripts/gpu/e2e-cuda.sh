@@ -2,7 +2,8 @@
 # On the GPU host: random weights of a real architecture (transformers, bf16) served by the whole
 # stack (supervisor -> router -> worker on CUDA), checked against transformers on the same weights
 # (prompt logprobs, teacher-forced top-1, greedy prefix, a streaming chat). Results under $OUT.
-# Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2] [prompts] [len]
+# Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [prompts] [len]
+# LAYERS=N builds only the first N layers (gpt-oss-20b only: e2e_reference.py --layers).
 # BATCH_INVARIANT=true serves with xserv-worker --batch-invariant (the determinism check's mode).
 # SUPERVISOR_ARGS adds supervisor flags, e.g. "--tp 2 --devices 0,1" on a two-GPU host.
 set -uo pipefail
@@ -16,7 +17,8 @@ work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-  --out "$work" --prompts "$prompts" --len "$len" 2>&1 | tee "$OUT/e2e-$arch-reference.log" | tail -3
+  --out "$work" --prompts "$prompts" --len "$len" ${LAYERS:+--layers "$LAYERS"} 2>&1 \
+  | tee "$OUT/e2e-$arch-reference.log" | tail -3
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 echo "reference: $(($(date +%s) - start)) s"
 port=18080

@@ -18,7 +18,7 @@ export XSERV_SOURCE_DIR=$XSERV_ROOT  # tests locate tests/data and .assets throu
 # The .assets tokenizer folder of an architecture name the GPU scripts take (e2e_reference.py's).
 tokenizer_of() {
   case $1 in
-    qwen3*) echo qwen3 ;; llama3*) echo llama3 ;; gpt2) echo gpt2 ;;
+    qwen3*) echo qwen3 ;; llama3*) echo llama3 ;; gpt2) echo gpt2 ;; gpt-oss*) echo gpt-oss ;;
     *) echo "unknown arch: $1" >&2; return 2 ;;
   esac
 }
