@@ -17,7 +17,8 @@ namespace xserv::kernels {
 float Fp4E2M1Value(uint8_t code);
 
 // Decodes `num_rows` rows of `num_groups` groups into out[num_rows, num_groups * 32] (row-major).
-// blocks.size() must be num_rows * num_groups * 16, scales.size() num_rows * num_groups.
+// blocks.size() must be num_rows * num_groups * 16, scales.size() num_rows * num_groups. Large
+// inputs are decoded on several threads (up to 16); the result does not depend on their number.
 absl::Status DequantizeMxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scales,
                              int64_t num_rows, int64_t num_groups, std::span<float> out);
 

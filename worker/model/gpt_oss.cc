@@ -19,6 +19,7 @@
 // Pipeline parallelism as in llama.cc: the first stage embeds, the last holds the final norm and
 // lm_head; a stage's layers keep their global index, so the sliding / full alternation holds.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
@@ -54,9 +55,13 @@ Buffer LoadExpertMatrix(WeightLoader& loader, const std::string& name, int64_t e
     std::vector<uint8_t> scales =
         loader.TakeBytes(name + "_scales", {experts, rows, groups}, kernels::DType::kU8);
     if (blocks.empty() || scales.empty()) return {};
-    std::vector<float> dense(static_cast<size_t>(experts * rows * in));
-    if (!kernels::DequantizeMxfp4(blocks, scales, experts * rows, groups, dense).ok()) return {};
-    return loader.Upload(dense, {experts, rows, in});
+    // Left uninitialised: zero-filling 2 GB per tensor first would cost as much as decoding it.
+    const auto n = static_cast<size_t>(experts * rows * in);
+    std::unique_ptr<float[]> dense(new float[n]);
+    if (!kernels::DequantizeMxfp4(blocks, scales, experts * rows, groups, {dense.get(), n}).ok()) {
+      return {};
+    }
+    return loader.Upload({dense.get(), n}, {experts, rows, in});
   }
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, host)) return {};

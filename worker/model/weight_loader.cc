@@ -161,11 +161,11 @@ std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name, std::vecto
   return BytesOfType(name, view->dtype, dtype, view->data);
 }
 
-kernels::Buffer WeightLoader::Upload(const std::vector<float>& values, std::vector<int64_t> shape) {
+kernels::Buffer WeightLoader::Upload(std::span<const float> values, std::vector<int64_t> shape) {
   return Upload(values, std::move(shape), backend_->compute_dtype());
 }
 
-kernels::Buffer WeightLoader::Upload(const std::vector<float>& values, std::vector<int64_t> shape,
+kernels::Buffer WeightLoader::Upload(std::span<const float> values, std::vector<int64_t> shape,
                                      kernels::DType dtype) {
   auto buffer = backend_->Allocate(kernels::DType::kF32, shape);
   if (!buffer.ok() || !backend_->CopyFromHost(values.data(), buffer->view()).ok()) {

@@ -58,8 +58,8 @@ class WeightLoader {
   bool ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
                       std::vector<float>& out);
   // Uploads host floats produced by the caller into a new tensor of the compute dtype (or `dtype`).
-  kernels::Buffer Upload(const std::vector<float>& values, std::vector<int64_t> shape);
-  kernels::Buffer Upload(const std::vector<float>& values, std::vector<int64_t> shape,
+  kernels::Buffer Upload(std::span<const float> values, std::vector<int64_t> shape);
+  kernels::Buffer Upload(std::span<const float> values, std::vector<int64_t> shape,
                          kernels::DType dtype);
 
   // Sliced variants: `shape` is the whole checkpoint tensor's shape (checked as above); the

@@ -115,6 +115,27 @@ TEST(Mxfp4Test, EveryScaleByte) {
   }
 }
 
+// Large tensors are decoded on several threads: the result must equal decoding each row alone
+// (one thread), bit for bit, including the rows where the threads' ranges meet.
+TEST(Mxfp4Test, ThreadedDecodeEqualsRowByRow) {
+  constexpr int64_t kRows = 1031, kGroups = 300;  // > 2^17 groups: the threaded path
+  std::vector<uint8_t> blocks(kRows * kGroups * 16), scales(kRows * kGroups);
+  uint32_t x = 12345;
+  for (uint8_t& b : blocks) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+  for (uint8_t& s : scales) s = static_cast<uint8_t>(100 + ((x = x * 1664525u + 1013904223u) >> 27));
+  std::vector<float> whole(kRows * kGroups * 32);
+  ASSERT_TRUE(DequantizeMxfp4(blocks, scales, kRows, kGroups, whole).ok());
+  std::vector<float> row(kGroups * 32);
+  for (int64_t r = 0; r < kRows; ++r) {
+    ASSERT_TRUE(DequantizeMxfp4(std::span(blocks).subspan(r * kGroups * 16, kGroups * 16),
+                                std::span(scales).subspan(r * kGroups, kGroups), 1, kGroups, row)
+                    .ok());
+    ASSERT_EQ(std::memcmp(row.data(), whole.data() + r * kGroups * 32, row.size() * sizeof(float)),
+              0)
+        << "row " << r;
+  }
+}
+
 TEST(Mxfp4Test, RejectsSizeMismatches) {
   std::vector<uint8_t> blocks(2 * 3 * 16), scales(2 * 3);
   std::vector<float> out(2 * 3 * 32);
