@@ -123,7 +123,11 @@ class GptOssModel final : public Model {
                                         "of 32 (MXFP4 blocks)");
     }
     if (pp_.first()) {
-      embed_ = loader.Take("model.embed_tokens.weight", {c.vocab_size, h});
+      absl::Status embed_status;
+      embed_ = EmbeddingTable::Load(loader, backend, tp_, VocabShard::Of(c, tp_),
+                                    "model.embed_tokens.weight", c, max_num_tokens(),
+                                    embed_status);
+      RETURN_IF_ERROR(embed_status);
     } else {
       loader.Ignore("model.embed_tokens.weight");
     }
@@ -172,7 +176,7 @@ class GptOssModel final : public Model {
     const Tensor topk_ids = topk_ids_.view().SliceRows(0, tokens);
     const Tensor topk_weights = topk_weights_.view().SliceRows(0, tokens);
     if (pp_.first()) {
-      RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+      RETURN_IF_ERROR(embed_.Run(b, tp_.comm, in, residual));
     } else {  // a same-dtype Convert is a device copy on every backend
       RETURN_IF_ERROR(b.Convert(*hidden, residual));
     }
@@ -246,7 +250,7 @@ class GptOssModel final : public Model {
   TpShard tp_;
   PpStage pp_;
   Backend* backend_ = nullptr;
-  Buffer embed_;                 // first stage
+  EmbeddingTable embed_;         // first stage
   Buffer lm_head_, final_norm_;  // last stage
   Buffer rope_;
   Buffer router_logits_, topk_ids_, topk_weights_;  // [T, E] f32, [T, k] i32, [T, k] f32

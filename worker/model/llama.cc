@@ -32,11 +32,14 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config();
     backend_ = &backend;
     const std::string embed = "model.embed_tokens.weight";
+    absl::Status embed_status;
     if (is_first_stage() || (is_last_stage() && c.tie_word_embeddings)) {
-      embed_ = loader.Take(embed, {c.vocab_size, c.hidden_size});
+      embed_ = EmbeddingTable::Load(loader, backend, tp_, VocabShard::Of(c, tp_), embed, c,
+                                    max_num_tokens(), embed_status);
     } else {
       loader.Ignore(embed);
     }
+    RETURN_IF_ERROR(embed_status);
     if (c.tie_word_embeddings || !is_last_stage()) {
       loader.Ignore("lm_head.weight");  // tied exporters may write the copy anyway
     } else {
@@ -77,7 +80,7 @@ class LlamaModel final : public Model {
     const Tensor normed = ws_.normed.view().SliceRows(0, tokens);
     const Tensor block_out = ws_.block_out.view().SliceRows(0, tokens);
     if (is_first_stage()) {
-      RETURN_IF_ERROR(b.Embedding(embed_.view(), in.token_ids, residual, /*accumulate=*/false));
+      RETURN_IF_ERROR(embed_.Run(b, tp_.comm, in, residual));
     } else {  // a same-dtype Convert is a device copy on every backend
       RETURN_IF_ERROR(b.Convert(*hidden, residual));
     }
@@ -110,8 +113,7 @@ class LlamaModel final : public Model {
     Observe(-1, "final_norm", normed);
     // Vocab-parallel under TP (layers.h VocabShard); a tied head is a row slice of the table.
     const VocabShard shard = VocabShard::Of(c, tp_);
-    const Tensor lm_head =
-        c.tie_word_embeddings ? embed_.view().SliceRows(shard.begin, shard.end) : lm_head_.view();
+    const Tensor lm_head = c.tie_word_embeddings ? embed_.rows() : lm_head_.view();
     return RunLmHead(b, normed, lm_head, shard, tp_.comm, in, ws_, logits);
   }
 
@@ -125,7 +127,7 @@ class LlamaModel final : public Model {
   TpShard tp_;
   PpStage pp_;
   Backend* backend_ = nullptr;
-  Buffer embed_;       // [V, H]; first stage, and last when tied
+  EmbeddingTable embed_;  // first stage, and last when tied (its rows are the lm_head then)
   Buffer lm_head_;     // [V / tp, H] (VocabShard); last stage, empty when tied
   Buffer final_norm_;  // [H]; last stage
   Buffer rope_;        // f32 [max_positions, head_dim]

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "common/model_config/config_parser.h"
 #include "gmock/gmock.h"
 #include "tests/unit/model/model_test_util.h"
 #include "worker/model/weight_loader.h"
@@ -98,10 +99,8 @@ void PrintTo(const TpCase& c, std::ostream* os) { *os << c.model << " tp=" << c.
 
 class TensorParallel : public ::testing::TestWithParam<TpCase> {};
 
-TEST_P(TensorParallel, EveryRankMatchesUnsharded) {
-  const TpCase& param = GetParam();
-  const std::vector<int32_t> prompt = Prompt(param.model);
-  ASSERT_EQ(prompt.size(), kPromptTokens);
+// Every rank's logits and greedy tokens against one unsharded rank, for `prompt`.
+void ExpectRanksMatchUnsharded(const TpCase& param, const std::vector<int32_t>& prompt) {
   Harness single(ModelDir(param.model), ModelLoadOptions{.max_num_tokens = 256},
                  /*num_threads=*/1);
   ASSERT_TRUE(single.ok());
@@ -123,9 +122,29 @@ TEST_P(TensorParallel, EveryRankMatchesUnsharded) {
     }
     EXPECT_LE(worst, kTpTolerance) << "rank " << rank;
     EXPECT_EQ(got.tokens, want.tokens) << "rank " << rank;
-    RecordProperty("max_relative_error_rank_" + std::to_string(rank),
-                   absl::StrFormat("%.3g", worst));
+    ::testing::Test::RecordProperty("max_relative_error_rank_" + std::to_string(rank),
+                                    absl::StrFormat("%.3g", worst));
   }
+}
+
+TEST_P(TensorParallel, EveryRankMatchesUnsharded) {
+  const std::vector<int32_t> prompt = Prompt(GetParam().model);
+  ASSERT_EQ(prompt.size(), kPromptTokens);
+  ExpectRanksMatchUnsharded(GetParam(), prompt);
+}
+
+// Tokens from every rank's share of a vocab-parallel embedding, its first and last rows included
+// (a token outside a rank's rows must read its zero row there).
+TEST_P(TensorParallel, PromptFromEveryVocabShard) {
+  const absl::StatusOr<ModelConfig> config = LoadModelConfig(ModelDir(GetParam().model));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t v = config->vocab_size;
+  std::vector<int32_t> prompt;
+  for (int64_t id : {int64_t{0}, v / 4 - 1, v / 4, v / 2 - 1, v / 2, 3 * v / 4 - 1, 3 * v / 4,
+                     v - 1, int64_t{1}, v - 2}) {
+    prompt.push_back(static_cast<int32_t>(id));
+  }
+  ExpectRanksMatchUnsharded(GetParam(), prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(
