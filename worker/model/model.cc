@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
   }
   ASSIGN_OR_RETURN(WeightLoader loader, WeightLoader::Open(dir, backend));
   loader.set_progress(options.on_progress);
+  if (config.quantization.method == QuantMethod::kFp8) {
+    loader.set_fp8_block_size(config.quantization.weight_block_size);
+  }
   std::unique_ptr<Model> model;
   switch (config.architecture) {
     case Architecture::kLlama:

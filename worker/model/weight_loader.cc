@@ -95,6 +95,7 @@ bool WeightLoader::ReadHostFloats(const std::string& name, const std::vector<int
                                   std::vector<float>& out) {
   auto view = Lookup(name, shape);
   if (!view) return false;
+  if (!RefuseScaledFp8(name, view->dtype)) return false;
   out.resize(view->NumElements());
   if (auto status = safetensors::ConvertToFloat(view->dtype, view->data, out); !status.ok()) {
     problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
@@ -126,8 +127,61 @@ kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t>
       problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
       return {};
     }
+    if (view->dtype == safetensors::DType::kF8E4M3 &&
+        !ApplyFp8Scales(name, shape, /*slice=*/nullptr, host)) {
+      return {};
+    }
   }
   return Upload(host, shape, dtype);
+}
+
+bool WeightLoader::RefuseScaledFp8(const std::string& name, safetensors::DType dtype) {
+  if (dtype != safetensors::DType::kF8E4M3 || !Has(name + "_scale_inv")) return true;
+  problems_.push_back(absl::StrCat("tensor ", name, ": block-scaled FP8 is read through Take only"));
+  return false;
+}
+
+bool WeightLoader::ApplyFp8Scales(const std::string& name, const std::vector<int64_t>& shape,
+                                  const TensorSlice* slice, std::vector<float>& values) {
+  const std::string scale_name = name + "_scale_inv";
+  if (!Has(scale_name)) return true;  // unscaled: the stored values are the weights
+  if (shape.size() != 2 || (fp8_block_.size() != 0 && fp8_block_.size() != 2)) {
+    problems_.push_back(absl::StrCat("tensor ", name, ": FP8 block scales need a 2-D weight and a "
+                                     "weight_block_size of two entries"));
+    return false;
+  }
+  // One scale per tensor when no block size is configured.
+  const int64_t b0 = fp8_block_.empty() ? shape[0] : fp8_block_[0];
+  const int64_t b1 = fp8_block_.empty() ? shape[1] : fp8_block_[1];
+  if (b0 < 1 || b1 < 1) {
+    problems_.push_back(absl::StrCat("tensor ", name, ": bad FP8 block size"));
+    return false;
+  }
+  const int64_t s0 = (shape[0] + b0 - 1) / b0, s1 = (shape[1] + b1 - 1) / b1;
+  std::vector<float> scales;
+  if (!ReadHostFloats(scale_name, {s0, s1}, scales)) return false;
+  // The checkpoint row and column of every row and column of `values`.
+  std::vector<int64_t> rows, cols;
+  for (int d = 0; d < 2; ++d) {
+    std::vector<int64_t>& index = d == 0 ? rows : cols;
+    if (slice != nullptr && slice->dim == d) {
+      for (const TensorSlice::Range& r : slice->ranges) {
+        for (int64_t i = r.begin; i < r.end; ++i) index.push_back(i);
+      }
+    } else {
+      for (int64_t i = 0; i < shape[d]; ++i) index.push_back(i);
+    }
+  }
+  if (values.size() != rows.size() * cols.size()) {
+    problems_.push_back(absl::StrCat("tensor ", name, ": FP8 values do not match the slice"));
+    return false;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* scale_row = scales.data() + (rows[i] / b0) * s1;
+    float* v = values.data() + i * cols.size();
+    for (size_t j = 0; j < cols.size(); ++j) v[j] *= scale_row[cols[j] / b1];
+  }
+  return true;
 }
 
 kernels::Buffer WeightLoader::TakeTransposed(const std::string& name, int64_t rows, int64_t cols) {
@@ -185,6 +239,7 @@ bool WeightLoader::ReadHostFloats(const std::string& name, const std::vector<int
                                   const TensorSlice& slice, std::vector<float>& out) {
   auto sliced = LookupSlice(name, shape, slice);
   if (!sliced) return false;
+  if (!RefuseScaledFp8(name, sliced->dtype)) return false;
   out.resize(sliced->data.size() / safetensors::DTypeSize(sliced->dtype));
   if (auto status = safetensors::ConvertToFloat(sliced->dtype, sliced->data, out); !status.ok()) {
     problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
@@ -216,6 +271,10 @@ kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<in
     if (auto status = safetensors::ConvertToFloat(sliced->dtype, sliced->data, host);
         !status.ok()) {
       problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+      return {};
+    }
+    if (sliced->dtype == safetensors::DType::kF8E4M3 &&
+        !ApplyFp8Scales(name, shape, &slice, host)) {
       return {};
     }
   }

@@ -42,6 +42,13 @@ class WeightLoader {
 
   bool Has(const std::string& name) const { return checkpoint_.Contains(name); }
 
+  // FP8 checkpoints (config.json quantization_config "fp8", e.g. Qwen3-8B-FP8): a 2-D F8_E4M3
+  // weight `X` with a sibling `X_scale_inv` [ceil(out/b0), ceil(in/b1)] (F32, BF16 or F16) is
+  // dequantised on the host by Take, X[i, j] * scale_inv[i / b0, j / b1], slices included, and
+  // then converted to the wanted dtype (exact in f32; one rounding to bf16). `block` is
+  // weight_block_size ({b0, b1}); empty means one scale per tensor (scale_inv of one element).
+  void set_fp8_block_size(std::vector<int64_t> block) { fp8_block_ = std::move(block); }
+
   // The tensor `name` with exactly `shape`, converted to `dtype` (default: the backend's compute
   // dtype) on the device. A missing tensor or a wrong shape is recorded (see Finish) and an empty
   // Buffer is returned so loading can go on and report everything at once.
@@ -117,7 +124,15 @@ class WeightLoader {
                                          const std::vector<int64_t>& shape,
                                          const TensorSlice& slice);
 
+  // Multiplies `values`, the (sliced, when `slice`) 2-D F8 tensor `name` of `shape`, by its block
+  // scales when the checkpoint has `name`_scale_inv. False (recorded) on a bad scale tensor.
+  bool ApplyFp8Scales(const std::string& name, const std::vector<int64_t>& shape,
+                      const TensorSlice* slice, std::vector<float>& values);
+  // False (recorded) for a block-scaled F8 tensor read as plain floats (ReadHostFloats).
+  bool RefuseScaledFp8(const std::string& name, safetensors::DType dtype);
+
   std::string dir_;
+  std::vector<int64_t> fp8_block_;
   safetensors::SafetensorsModel checkpoint_;
   kernels::Backend* backend_;
   std::set<std::string> used_;
