@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "dtype of dense tensors: bf16 or f32 (gpt-oss experts stay "
                                    "MXFP4)")
       ->capture_default_str();
+  app.add_option("--fp8-block", options.fp8_block,
+                 "qwen3/llama: attention and MLP weights as FP8 E4M3 with NxN block scales "
+                 "(the Qwen3-8B-FP8 checkpoint layout; its N is 128)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--num-layers", options.num_layers,
                  "number of decoder layers, overriding the preset's (e.g. deeper tiny models)")
       ->check(CLI::PositiveNumber);

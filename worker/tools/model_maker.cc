@@ -22,7 +22,7 @@ using safetensors::DType;
 // One checkpoint tensor to generate. kMxfp4 expands into name_blocks and name_scales of the
 // [experts, rows, in] matrix given by shape.
 struct TensorPlan {
-  enum class Kind { kDense, kMxfp4 };
+  enum class Kind { kDense, kMxfp4, kFp8 };
   std::string name;
   std::vector<int64_t> shape;
   Init init = Init::kNormal;
@@ -132,12 +132,22 @@ struct EncodedTensors {
   }
 };
 
-EncodedTensors Generate(const std::vector<TensorPlan>& plan, uint64_t seed, DType dtype) {
+EncodedTensors Generate(const std::vector<TensorPlan>& plan, uint64_t seed, DType dtype,
+                        int64_t fp8_block) {
   EncodedTensors out;
   for (const TensorPlan& t : plan) {
     const std::vector<float> values = RandomValues(seed, t.name, NumElements(t.shape), t.init);
     if (t.kind == TensorPlan::Kind::kDense) {
       out.Add(t.name, dtype, t.shape, EncodeFloats(values, dtype));
+      continue;
+    }
+    if (t.kind == TensorPlan::Kind::kFp8) {
+      const int64_t rows = t.shape[0], cols = t.shape[1];
+      Fp8Tensor q = QuantizeFp8Blocks(values, rows, cols, fp8_block);
+      out.Add(t.name, DType::kF8E4M3, t.shape, std::move(q.codes));
+      out.Add(t.name + "_scale_inv", DType::kBF16,
+              {(rows + fp8_block - 1) / fp8_block, (cols + fp8_block - 1) / fp8_block},
+              std::move(q.scale_inv));
       continue;
     }
     const int64_t experts = t.shape[0], rows = t.shape[1], in = t.shape[2];
@@ -214,6 +224,12 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   if (options.dtype != DType::kBF16 && options.dtype != DType::kF32) {
     return absl::InvalidArgumentError("MakeModel: dtype must be bf16 or f32");
   }
+  const bool fp8 = options.fp8_block > 0;
+  if (options.fp8_block < 0 ||
+      (fp8 && (options.arch == ModelArch::kGpt2 || options.arch == ModelArch::kGptOss))) {
+    return absl::InvalidArgumentError(
+        "MakeModel: fp8_block must be positive and is for qwen3 and llama only");
+  }
   if (options.num_layers < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("MakeModel: num_layers must be positive, got ", options.num_layers));
@@ -230,14 +246,29 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   if (ec) {
     return absl::InternalError(absl::StrCat(out.string(), ": cannot create: ", ec.message()));
   }
-  RETURN_IF_ERROR(
-      WriteFile(out / "config.json", ConfigJson(options.arch, shape, tokens, options.dtype)));
+  std::string config = ConfigJson(options.arch, shape, tokens, options.dtype);
+  if (fp8) {  // Qwen3-8B-FP8's block, exactly its four keys
+    nlohmann::json j = nlohmann::json::parse(config);
+    j["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                {"fmt", "e4m3"},
+                                {"quant_method", "fp8"},
+                                {"weight_block_size", {options.fp8_block, options.fp8_block}}};
+    config = j.dump(2);
+  }
+  RETURN_IF_ERROR(WriteFile(out / "config.json", config));
   RETURN_IF_ERROR(WriteFile(out / "generation_config.json", GenerationConfigJson(tokens)));
 
-  const std::vector<TensorPlan> plan = options.arch == ModelArch::kGpt2
-                                           ? Gpt2Plan(shape)
-                                           : DecoderPlan(options.arch, shape);
-  const EncodedTensors tensors = Generate(plan, options.seed, options.dtype);
+  std::vector<TensorPlan> plan = options.arch == ModelArch::kGpt2
+                                     ? Gpt2Plan(shape)
+                                     : DecoderPlan(options.arch, shape);
+  if (fp8) {  // every linear of attention and MLP, as in the FP8 releases
+    for (TensorPlan& t : plan) {
+      if (t.name.starts_with("model.layers.") && t.name.ends_with("_proj.weight")) {
+        t.kind = TensorPlan::Kind::kFp8;
+      }
+    }
+  }
+  const EncodedTensors tensors = Generate(plan, options.seed, options.dtype, options.fp8_block);
   // transformers refuses safetensors files whose metadata lacks format "pt".
   RETURN_IF_ERROR(safetensors::WriteSafetensors((out / "model.safetensors").string(),
                                                 tensors.views, {{"format", "pt"}}));

@@ -27,6 +27,10 @@ struct MakeModelOptions {
   // Layer count overriding the preset's (0: the preset's), e.g. deeper tiny models for pipeline
   // parallelism tests; negative is InvalidArgument.
   int64_t num_layers = 0;
+  // > 0: Qwen3/Llama attention and MLP weights as FP8 E4M3 with [b, b] block scales
+  // (`weight_scale_inv`, BF16) and config.json's quantization_config "fp8", the Qwen3-8B-FP8
+  // layout; the other tensors keep `dtype`. Not for GPT-2 or gpt-oss (InvalidArgument).
+  int64_t fp8_block = 0;
 };
 
 // The model's vocabulary: the tokenizer's (added tokens included) rounded up to a multiple of 64,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <random>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/model/tensor_parallel.h"
 #include "worker/model/weight_loader.h"
+#include "worker/tools/model_maker.h"
+#include "tests/unit/model/model_test_util.h"
 
 namespace xserv::model {
 namespace {
@@ -123,6 +126,65 @@ TEST(Fp8Weights, MisshapenScalesAreALoadError) {
   const absl::Status finish = loader->Finish();
   EXPECT_FALSE(finish.ok());
   EXPECT_NE(finish.message().find("w.weight_scale_inv"), std::string::npos) << finish;
+}
+
+}  // namespace
+}  // namespace xserv::model
+
+namespace xserv::model {
+namespace {
+
+// A tiny Qwen3 written twice from the same random weights: BF16, and FP8 with 32x32 blocks (the
+// Qwen3-8B-FP8 layout at a tiny model's scale, so every matrix has several blocks). The FP8 model
+// loads through the whole model path and its prompt logprobs stay within a quantisation-sized
+// distance of the BF16 model's (2026-11-29: mean 0.0058, max 0.020 nats over 47 positions).
+TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
+  const std::string tokenizer = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/qwen3";
+  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) {
+    GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  }
+  const std::string root = (std::filesystem::path(::testing::TempDir()) / "fp8_twin").string();
+  for (int64_t block : {int64_t{0}, int64_t{32}}) {
+    const absl::Status made = tools::MakeModel({.arch = tools::ModelArch::kQwen3,
+                                                .preset = tools::ModelPreset::kTiny,
+                                                .seed = 3,
+                                                .tokenizer_dir = tokenizer,
+                                                .out_dir = root + "/" + std::to_string(block),
+                                                .fp8_block = block});
+    ASSERT_TRUE(made.ok()) << made;
+  }
+  std::vector<std::vector<float>> logprobs;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 48; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % 150000));
+  int64_t vocab = 0;
+  for (const char* which : {"0", "32"}) {
+    testing::Harness h(root + "/" + which, ModelLoadOptions{.max_num_tokens = 256}, /*num_threads=*/1);
+    ASSERT_TRUE(h.ok()) << which;
+    vocab = h.vocab();
+    const std::vector<float> logits = h.Step({SequenceChunk{
+        .tokens = prompt, .block_table = h.NewTable(64), .logits = LogitsRows::kAll}});
+    ASSERT_EQ(logits.size(), prompt.size() * static_cast<size_t>(vocab));
+    std::vector<float> lp;  // log p(prompt[t + 1] | prompt[..t])
+    for (size_t t = 0; t + 1 < prompt.size(); ++t) {
+      const float* row = logits.data() + t * vocab;
+      double max = row[0], sum = 0;
+      for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, row[v]);
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
+      lp.push_back(static_cast<float>(row[prompt[t + 1]] - max - std::log(sum)));
+    }
+    logprobs.push_back(lp);
+  }
+  double mean = 0, worst = 0;
+  for (size_t t = 0; t < logprobs[0].size(); ++t) {
+    const double d = std::fabs(logprobs[0][t] - logprobs[1][t]);
+    mean += d / static_cast<double>(logprobs[0].size());
+    worst = std::max(worst, d);
+  }
+  std::cout << "FP8 (32x32 blocks) vs BF16 tiny Qwen3: mean |dlogprob| " << mean << " nats, max "
+            << worst << "\n";
+  EXPECT_GT(mean, 0.0);  // the weights really are quantised
+  EXPECT_LT(mean, 0.02);
+  EXPECT_LT(worst, 0.1);
 }
 
 }  // namespace
