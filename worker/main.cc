@@ -50,6 +50,7 @@ struct WorkerFlags {
   bool batch_invariant = false;
   bool cuda_graphs = true;
   bool pp_overlap = true;
+  std::string quantization = "none";
   std::string host = "127.0.0.1";
   int port = 50061;
   std::string port_file;
@@ -373,6 +374,9 @@ int Run(const WorkerFlags& f) {
                                                         .tp_comm = groups->tp,
                                                         .pp_rank = f.pp_rank,
                                                         .pp_size = f.pp_size,
+                                                        // The FP8 checkpoints' block.
+                                                        .quantize_fp8_block =
+                                                            f.quantization == "fp8" ? 128 : 0,
                                                         .on_progress = [&](uint64_t loaded,
                                                                            uint64_t total) {
                                                           service.SetLoadProgress(loaded, total);
@@ -511,6 +515,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch-invariant", f.batch_invariant,
                  "cuda: matmul results independent of batch composition, so concurrent greedy "
                  "requests are reproducible (costs some speed)")
+      ->capture_default_str();
+  app.add_option("--quantization", f.quantization,
+                 "fp8: quantise the checkpoint's linear weights (and gpt-oss experts) to FP8 E4M3 "
+                 "with 128x128 block scales on load, as the FP8 checkpoints are made; computed in "
+                 "the compute dtype for now (FP8 GEMMs: issue 15)")
+      ->check(CLI::IsMember({"none", "fp8"}))
       ->capture_default_str();
   app.add_option("--pp-overlap", f.pp_overlap,
                  "leader: keep one step in flight per pipeline stage so that the stages work "

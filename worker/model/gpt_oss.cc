@@ -61,11 +61,14 @@ Buffer LoadExpertMatrix(WeightLoader& loader, const std::string& name, int64_t e
     if (!kernels::DequantizeMxfp4(blocks, scales, experts * rows, groups, {dense.get(), n}).ok()) {
       return {};
     }
+    loader.QuantizeFp8InPlace({dense.get(), n}, experts, rows, in);
     return loader.Upload({dense.get(), n}, {experts, rows, in});
   }
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, host)) return {};
-  return loader.Upload(TransposeExperts(host, experts, in, rows), {experts, rows, in});
+  std::vector<float> dense = TransposeExperts(host, experts, in, rows);
+  loader.QuantizeFp8InPlace(dense, experts, rows, in);
+  return loader.Upload(dense, {experts, rows, in});
 }
 
 // `slice` (dim 1: rows, dim 2: in, one range) of the [E, rows, in] expert matrix `name`.
@@ -97,14 +100,16 @@ Buffer LoadExpertMatrixSlice(WeightLoader& loader, const std::string& name, int6
     for (int64_t r = 0; r < n; ++r) {
       std::copy_n(decoded.begin() + r * decoded_in + skip, out_in, dense.begin() + r * out_in);
     }
+    loader.QuantizeFp8InPlace(dense, experts, out_rows, out_in);
     return loader.Upload(dense, {experts, out_rows, out_in});
   }
   // HF parameter layout [E, in, rows]: our dim 1 is its dim 2 and vice versa.
   const TensorSlice stored{.dim = 3 - slice.dim, .ranges = slice.ranges};
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, stored, host)) return {};
-  return loader.Upload(TransposeExperts(host, experts, out_in, out_rows),
-                       {experts, out_rows, out_in});
+  std::vector<float> dense = TransposeExperts(host, experts, out_in, out_rows);
+  loader.QuantizeFp8InPlace(dense, experts, out_rows, out_in);
+  return loader.Upload(dense, {experts, out_rows, out_in});
 }
 
 class GptOssModel final : public Model {

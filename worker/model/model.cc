@@ -87,6 +87,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
   if (config.quantization.method == QuantMethod::kFp8) {
     loader.set_fp8_block_size(config.quantization.weight_block_size);
   }
+  if (options.quantize_fp8_block > 0) {
+    if (config.architecture == Architecture::kGpt2 ||
+        config.quantization.method == QuantMethod::kFp8) {
+      return absl::InvalidArgumentError(
+          config.architecture == Architecture::kGpt2
+              ? "FP8 quantisation on load is for the Llama family and gpt-oss, not GPT-2"
+              : "the checkpoint is FP8 already; drop --quantization fp8");
+    }
+    loader.set_quantize_fp8_block(options.quantize_fp8_block);
+  }
   std::unique_ptr<Model> model;
   switch (config.architecture) {
     case Architecture::kLlama:

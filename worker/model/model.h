@@ -64,6 +64,10 @@ struct ModelLoadOptions {
   // the model's layers; otherwise LoadModel fails with InvalidArgument naming the numbers.
   int pp_rank = 0;
   int pp_size = 1;
+  // > 0: quantise a BF16/F32 checkpoint's decoder linear weights (and gpt-oss experts) to FP8
+  // E4M3 with this square block on load (WeightLoader::set_quantize_fp8_block); the kernels
+  // still compute in the compute dtype. Refused for GPT-2 and for already quantised checkpoints.
+  int64_t quantize_fp8_block = 0;
   // Start-up progress: (bytes read so far, checkpoint bytes), called on the loading thread.
   std::function<void(uint64_t, uint64_t)> on_progress;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/safetensors/float_convert.h"
+#include "kernels/fp8.h"
 
 namespace xserv::model {
 namespace {
@@ -114,7 +115,8 @@ kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t>
   {
     auto view = Lookup(name, shape);
     if (!view) return {};
-    if (view->dtype == dtype) {  // stored as wanted (e.g. bf16 on CUDA): one copy, no conversion
+    const bool quantize = QuantizesOnLoad(name, shape);
+    if (view->dtype == dtype && !quantize) {  // stored as wanted: one copy, no conversion
       auto buffer = backend_->Allocate(dtype, shape);
       if (!buffer.ok() || !backend_->CopyFromHost(view->data.data(), buffer->view()).ok()) {
         problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
@@ -131,8 +133,26 @@ kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t>
         !ApplyFp8Scales(name, shape, /*slice=*/nullptr, host)) {
       return {};
     }
+    if (quantize) QuantizeFp8InPlace(host, 1, shape[0], shape[1]);
   }
   return Upload(host, shape, dtype);
+}
+
+bool WeightLoader::QuantizesOnLoad(const std::string& name,
+                                   const std::vector<int64_t>& shape) const {
+  return quantize_fp8_block_ > 0 && shape.size() == 2 && name.starts_with("model.layers.") &&
+         name.ends_with("_proj.weight");
+}
+
+void WeightLoader::QuantizeFp8InPlace(std::span<float> values, int64_t matrices, int64_t rows,
+                                      int64_t cols) {
+  if (quantize_fp8_block_ <= 0) return;
+  const int64_t block = quantize_fp8_block_;
+  for (int64_t m = 0; m < matrices; ++m) {
+    const std::span<float> matrix = values.subspan(m * rows * cols, rows * cols);
+    const kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(matrix, rows, cols, block);
+    kernels::DequantizeFp8Blocks(q, rows, cols, block, matrix);
+  }
 }
 
 bool WeightLoader::RefuseScaledFp8(const std::string& name, safetensors::DType dtype) {
@@ -259,7 +279,8 @@ kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<in
   {
     auto sliced = LookupSlice(name, shape, slice);
     if (!sliced) return {};
-    if (sliced->dtype == dtype) {  // no conversion: upload the gathered bytes as they are
+    const bool quantize = QuantizesOnLoad(name, shape);
+    if (sliced->dtype == dtype && !quantize) {  // no conversion: upload the gathered bytes
       auto buffer = backend_->Allocate(dtype, sliced->shape);
       if (!buffer.ok() || !backend_->CopyFromHost(sliced->data.data(), buffer->view()).ok()) {
         problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
@@ -277,6 +298,7 @@ kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<in
         !ApplyFp8Scales(name, shape, &slice, host)) {
       return {};
     }
+    if (quantize) QuantizeFp8InPlace(host, 1, sliced->shape[0], sliced->shape[1]);
   }
   return Upload(host, slice.Apply(shape), dtype);
 }

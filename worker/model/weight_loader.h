@@ -49,6 +49,15 @@ class WeightLoader {
   // weight_block_size ({b0, b1}); empty means one scale per tensor (scale_inv of one element).
   void set_fp8_block_size(std::vector<int64_t> block) { fp8_block_ = std::move(block); }
 
+  // Quantise-on-load (xserv-worker --quantization fp8): every 2-D linear weight of the decoder
+  // layers ("model.layers.*_proj.weight") read by Take goes through FP8 E4M3 with `block` x
+  // `block` scales (kernels/fp8.h) and back, so the model computes with exactly the weights an
+  // FP8 checkpoint of the same BF16 master would hold. Blocks tile the tensor this rank holds
+  // (under TP the same as the checkpoint's when shard edges are multiples of `block`). 0: off.
+  void set_quantize_fp8_block(int64_t block) { quantize_fp8_block_ = block; }
+  // The same for host floats the caller loads itself (gpt-oss experts): `matrices` [rows, cols].
+  void QuantizeFp8InPlace(std::span<float> values, int64_t matrices, int64_t rows, int64_t cols);
+
   // The tensor `name` with exactly `shape`, converted to `dtype` (default: the backend's compute
   // dtype) on the device. A missing tensor or a wrong shape is recorded (see Finish) and an empty
   // Buffer is returned so loading can go on and report everything at once.
@@ -133,6 +142,8 @@ class WeightLoader {
 
   std::string dir_;
   std::vector<int64_t> fp8_block_;
+  int64_t quantize_fp8_block_ = 0;
+  bool QuantizesOnLoad(const std::string& name, const std::vector<int64_t>& shape) const;
   safetensors::SafetensorsModel checkpoint_;
   kernels::Backend* backend_;
   std::set<std::string> used_;

@@ -1,5 +1,6 @@
 #include "worker/tools/model_maker.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -7,9 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/safetensors/float_convert.h"
 #include "common/safetensors/writer.h"
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
+#include "kernels/fp8.h"
 #include "nlohmann/json.hpp"
 #include "worker/tools/random_weights.h"
 
@@ -142,12 +145,21 @@ EncodedTensors Generate(const std::vector<TensorPlan>& plan, uint64_t seed, DTyp
       continue;
     }
     if (t.kind == TensorPlan::Kind::kFp8) {
+      // Quantised from the bf16 rounding of the values, as FP8 releases are made from their
+      // BF16 masters: the same bf16 checkpoint quantised on load (--quantization fp8) gives
+      // exactly these codes and scales.
+      std::vector<float> master(values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        master[i] = safetensors::Bf16ToFloat(safetensors::FloatToBf16(values[i]));
+      }
       const int64_t rows = t.shape[0], cols = t.shape[1];
-      Fp8Tensor q = QuantizeFp8Blocks(values, rows, cols, fp8_block);
-      out.Add(t.name, DType::kF8E4M3, t.shape, std::move(q.codes));
+      const kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(master, rows, cols, fp8_block);
+      std::vector<std::byte> codes(q.codes.size());
+      std::memcpy(codes.data(), q.codes.data(), codes.size());
+      out.Add(t.name, DType::kF8E4M3, t.shape, std::move(codes));
       out.Add(t.name + "_scale_inv", DType::kBF16,
               {(rows + fp8_block - 1) / fp8_block, (cols + fp8_block - 1) / fp8_block},
-              std::move(q.scale_inv));
+              EncodeFloats(q.scale_inv, DType::kBF16));
       continue;
     }
     const int64_t experts = t.shape[0], rows = t.shape[1], in = t.shape[2];

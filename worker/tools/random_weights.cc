@@ -113,32 +113,5 @@ Mxfp4Tensor QuantizeMxfp4(std::span<const float> values, int64_t rows, int64_t i
   return out;
 }
 
-Fp8Tensor QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t cols,
-                            int64_t block) {
-  const int64_t s0 = (rows + block - 1) / block, s1 = (cols + block - 1) / block;
-  std::vector<float> scale(static_cast<size_t>(s0 * s1), 0.0f);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      float& amax = scale[(i / block) * s1 + j / block];
-      amax = std::max(amax, std::fabs(values[i * cols + j]));
-    }
-  }
-  Fp8Tensor out;
-  out.scale_inv.resize(scale.size() * 2);
-  for (size_t k = 0; k < scale.size(); ++k) {
-    // The stored (bf16) scale is the one the codes are made with, so decoding is exact.
-    const uint16_t bits = safetensors::FloatToBf16(scale[k] > 0 ? scale[k] / 448.0f : 1.0f);
-    std::memcpy(out.scale_inv.data() + 2 * k, &bits, 2);
-    scale[k] = safetensors::Bf16ToFloat(bits);
-  }
-  out.codes.resize(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      out.codes[i * cols + j] = static_cast<std::byte>(safetensors::FloatToF8E4M3Saturating(
-          values[i * cols + j] / scale[(i / block) * s1 + j / block]));
-    }
-  }
-  return out;
-}
 
 }  // namespace xserv::tools

@@ -55,14 +55,5 @@ struct Mxfp4Tensor {
 };
 Mxfp4Tensor QuantizeMxfp4(std::span<const float> values, int64_t rows, int64_t in);
 
-// HF "fp8" block-scaled weights (Qwen3-8B-FP8 layout): E4M3 codes [rows, cols] and BF16
-// scale_inv [ceil(rows/b), ceil(cols/b)], each block's scale_inv = bf16(amax / 448) (1 for an
-// all-zero block), codes = E4M3(value / scale_inv), round to nearest even, saturating.
-struct Fp8Tensor {
-  std::vector<std::byte> codes;
-  std::vector<std::byte> scale_inv;
-};
-Fp8Tensor QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t cols,
-                            int64_t block);
 
 }  // namespace xserv::tools

@@ -1,0 +1,29 @@
+// FP8 E4M3 weights with block scales, on the host: the layout of HF "fp8" checkpoints
+// (Qwen3-8B-FP8: weight F8_E4M3 [rows, cols], weight_scale_inv [ceil(rows/b), ceil(cols/b)],
+// value = code * scale_inv of its b x b block) and the quantiser that makes it from a
+// higher-precision matrix (xserv-make-model --fp8-block, xserv-worker --quantization fp8).
+// Pure functions, safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace xserv::kernels {
+
+struct Fp8Blocks {
+  std::vector<uint8_t> codes;   // E4M3 [rows, cols]
+  std::vector<float> scale_inv; // [ceil(rows/b), ceil(cols/b)], each exactly a bf16 value
+};
+
+// Each block's scale_inv = bf16(amax / 448) (1 for an all-zero block); codes = E4M3(value /
+// scale_inv), round to nearest even, saturating at +-448. The scale is rounded before the codes
+// are made, so storing it as bf16 loses nothing.
+Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t cols,
+                            int64_t block);
+
+// values[i, j] = E4M3(codes[i, j]) * scale_inv[i / block, j / block] (exact in f32).
+void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t block,
+                         std::span<float> values);
+
+}  // namespace xserv::kernels
