@@ -1,6 +1,7 @@
 // FP8 block-scaled checkpoints (Qwen3-8B-FP8 layout): WeightLoader dequantises X[i, j] *
 // X_scale_inv[i / b0, j / b1] exactly (the CPU backend keeps f32), for whole tensors and for the
 // row, column and multi-range slices tensor parallelism takes, and records bad scale tensors.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "common/safetensors/writer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/fp8.h"
 #include "worker/model/tensor_parallel.h"
 #include "worker/model/weight_loader.h"
 #include "worker/tools/model_maker.h"
@@ -60,23 +62,17 @@ Fp8Checkpoint Write(const std::string& name, std::vector<safetensors::TensorView
   return out;
 }
 
-std::vector<float> ToHost(kernels::Backend& backend, const kernels::Buffer& buffer) {
-  std::vector<float> host(static_cast<size_t>(buffer.view().numel()));
-  EXPECT_TRUE(backend.CopyToHost(buffer.view(), host.data()).ok());
-  return host;
-}
-
 TEST(Fp8Weights, WholeTensorAndSlicesAreExact) {
   const Fp8Checkpoint ckpt = Write("fp8_exact");
   kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
   auto loader = WeightLoader::Open(ckpt.dir, backend);
   ASSERT_TRUE(loader.ok()) << loader.status();
   loader->set_fp8_block_size({kB0, kB1});
-  EXPECT_EQ(ToHost(backend, loader->Take("w.weight", {kRows, kCols})), ckpt.dequantised);
+  EXPECT_EQ(testing::ToHost(backend, loader->Take("w.weight", {kRows, kCols})), ckpt.dequantised);
 
   // Rows 3..20 and 33..40 (crossing block edges), as a fused column-parallel shard takes them.
   const TensorSlice rows{.dim = 0, .ranges = {{3, 20}, {33, 40}}};
-  const std::vector<float> got_rows = ToHost(backend, loader->Take("w.weight", {kRows, kCols}, rows));
+  const std::vector<float> got_rows = testing::ToHost(backend, loader->Take("w.weight", {kRows, kCols}, rows));
   ASSERT_EQ(got_rows.size(), static_cast<size_t>((17 + 7) * kCols));
   size_t at = 0;
   for (const auto& r : rows.ranges) {
@@ -88,7 +84,7 @@ TEST(Fp8Weights, WholeTensorAndSlicesAreExact) {
   }
   // Columns 31..65, as a row-parallel shard takes them.
   const TensorSlice cols{.dim = 1, .ranges = {{31, 65}}};
-  const std::vector<float> got_cols = ToHost(backend, loader->Take("w.weight", {kRows, kCols}, cols));
+  const std::vector<float> got_cols = testing::ToHost(backend, loader->Take("w.weight", {kRows, kCols}, cols));
   ASSERT_EQ(got_cols.size(), static_cast<size_t>(kRows * 34));
   for (int64_t i = 0; i < kRows; ++i) {
     for (int64_t j = 0; j < 34; ++j) {
@@ -112,8 +108,51 @@ TEST(Fp8Weights, OneScalePerTensorWithoutBlockSize) {
   kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
   auto loader = WeightLoader::Open(dir, backend);
   ASSERT_TRUE(loader.ok());
-  const std::vector<float> got = ToHost(backend, loader->Take("w.weight", {2, 2}));
+  const std::vector<float> got = testing::ToHost(backend, loader->Take("w.weight", {2, 2}));
   EXPECT_EQ(got, (std::vector<float>{0.75f, -0.75f, 1.5f, std::ldexp(0.75f, -9)}));
+}
+
+// The quantiser: bf16 scales from each block's amax (1 for an all-zero block), codes that decode
+// back within E4M3's half-ulp (or its subnormal step).
+TEST(Fp8Quantiser, BlockScalesAndRoundTrip) {
+  constexpr int64_t kR = 5, kC = 7, kB = 4;  // partial blocks in both directions
+  std::vector<float> values(kR * kC, 0.0f);
+  std::mt19937 rng(9);
+  for (int64_t i = 0; i < kR; ++i) {
+    for (int64_t j = 0; j < kC; ++j) {
+      if (i < 4 && j < 4) continue;  // block (0, 0) stays all zero
+      values[i * kC + j] = std::ldexp(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f,
+                                      static_cast<int>(rng() % 9) - 4);
+    }
+  }
+  const kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(values, kR, kC, kB);
+  ASSERT_EQ(q.scale_inv.size(), 4u);  // [2, 2]
+  EXPECT_EQ(q.scale_inv[0], 1.0f);
+  std::vector<float> back(values.size());
+  kernels::DequantizeFp8Blocks(q, kR, kC, kB, back);
+  for (int64_t bi = 0; bi < 2; ++bi) {
+    for (int64_t bj = 0; bj < 2; ++bj) {
+      float amax = 0;
+      for (int64_t i = bi * kB; i < std::min(kR, (bi + 1) * kB); ++i) {
+        for (int64_t j = bj * kB; j < std::min(kC, (bj + 1) * kB); ++j) {
+          amax = std::max(amax, std::fabs(values[i * kC + j]));
+        }
+      }
+      const float scale = q.scale_inv[bi * 2 + bj];
+      if (amax > 0) {
+        EXPECT_EQ(scale, safetensors::Bf16ToFloat(safetensors::FloatToBf16(amax / 448.0f)));
+      }
+      for (int64_t i = bi * kB; i < std::min(kR, (bi + 1) * kB); ++i) {
+        for (int64_t j = bj * kB; j < std::min(kC, (bj + 1) * kB); ++j) {
+          const float v = values[i * kC + j], got = back[i * kC + j];
+          // E4M3: 3 mantissa bits (relative half-ulp 1/16); subnormals step 2^-9 * scale.
+          EXPECT_LE(std::fabs(got - v), std::max(std::fabs(v) / 16.0f, std::ldexp(scale, -10)) +
+                                            1e-12f)
+              << i << "," << j << ": " << v << " -> " << got;
+        }
+      }
+    }
+  }
 }
 
 TEST(Fp8Weights, MisshapenScalesAreALoadError) {

@@ -175,4 +175,11 @@ inline int32_t Argmax(const float* row, int64_t vocab) {
   return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
 }
 
+// A (f32) weight or activation buffer's values on the host.
+inline std::vector<float> ToHost(kernels::Backend& backend, const kernels::Buffer& buffer) {
+  std::vector<float> host(static_cast<size_t>(buffer.view().numel()));
+  EXPECT_TRUE(backend.CopyToHost(buffer.view(), host.data()).ok());
+  return host;
+}
+
 }  // namespace xserv::model::testing

@@ -160,19 +160,13 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-std::vector<float> ToHost(kernels::Backend& backend, const kernels::Buffer& buffer) {
-  std::vector<float> host(static_cast<size_t>(buffer.view().numel()));
-  EXPECT_TRUE(backend.CopyToHost(buffer.view(), host.data()).ok());
-  return host;
-}
-
 // Slices read exactly the selected elements, and only their bytes are counted.
 TEST(WeightLoaderSlice, RowsColumnsAndFusedBlocks) {
   kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
   auto loader = WeightLoader::Open(ModelDir("qwen3-tiny"), backend);
   ASSERT_TRUE(loader.ok()) << loader.status();
   const std::string name = "model.layers.0.mlp.down_proj.weight";  // [64, 128] f32
-  const std::vector<float> full = ToHost(backend, loader->Take(name, {64, 128}));
+  const std::vector<float> full = testing::ToHost(backend, loader->Take(name, {64, 128}));
   const uint64_t full_bytes = loader->bytes_loaded();
   EXPECT_EQ(full_bytes, 64u * 128u * 4u);
 
@@ -182,13 +176,13 @@ TEST(WeightLoaderSlice, RowsColumnsAndFusedBlocks) {
   EXPECT_EQ(cols.view().dim(0), 64);
   EXPECT_EQ(cols.view().dim(1), 32);
   EXPECT_EQ(loader->bytes_loaded() - full_bytes, 64u * 32u * 4u);
-  const std::vector<float> got_cols = ToHost(backend, cols);
+  const std::vector<float> got_cols = testing::ToHost(backend, cols);
   for (int r = 0; r < 64; ++r) {
     for (int c = 0; c < 32; ++c) ASSERT_EQ(got_cols[r * 32 + c], full[r * 128 + 32 + c]);
   }
 
   const TensorSlice blocks{.dim = 0, .ranges = {{.begin = 2, .end = 4}, {.begin = 60, .end = 61}}};
-  const std::vector<float> got_rows = ToHost(backend, loader->Take(name, {64, 128}, blocks));
+  const std::vector<float> got_rows = testing::ToHost(backend, loader->Take(name, {64, 128}, blocks));
   ASSERT_EQ(got_rows.size(), 3u * 128u);
   for (int c = 0; c < 128; ++c) {
     EXPECT_EQ(got_rows[c], full[2 * 128 + c]);
@@ -206,10 +200,10 @@ TEST(WeightLoaderSlice, TransposedSliceRefersToTheResultLayout) {
   auto loader = WeightLoader::Open(ModelDir("gpt2-tiny"), backend);
   ASSERT_TRUE(loader.ok()) << loader.status();
   const std::string name = "transformer.h.1.attn.c_attn.weight";  // stored [64, 192]
-  const std::vector<float> full = ToHost(backend, loader->TakeTransposed(name, 192, 64));
+  const std::vector<float> full = testing::ToHost(backend, loader->TakeTransposed(name, 192, 64));
   // Rank 1 of 2: features [32, 64) of each of q, k and v.
   const TensorSlice qkv{.dim = 0, .ranges = {{32, 64}, {96, 128}, {160, 192}}};
-  const std::vector<float> got = ToHost(backend, loader->TakeTransposed(name, 192, 64, qkv));
+  const std::vector<float> got = testing::ToHost(backend, loader->TakeTransposed(name, 192, 64, qkv));
   ASSERT_EQ(got.size(), 96u * 64u);
   for (int block = 0; block < 3; ++block) {
     for (int r = 0; r < 32; ++r) {
