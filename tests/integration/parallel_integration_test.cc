@@ -179,14 +179,19 @@ TEST(Parallel, PipelineKeepsAStepInFlightPerStage) {
     EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0);
   }
   struct Layout {
+    int tp;
     int pp;
     bool overlap;
   };
-  for (const Layout layout : {Layout{2, true}, Layout{3, true}, Layout{2, false}}) {
-    const std::string what = "pp=" + std::to_string(layout.pp) +
+  // TP x PP: the last stage's TP peer runs plan k with the leader while the leader publishes
+  // plan k+1 (a broadcast there deadlocked; plans go point to point).
+  for (const Layout layout :
+       {Layout{1, 2, true}, Layout{1, 3, true}, Layout{2, 2, true}, Layout{1, 2, false}}) {
+    const std::string what = "tp=" + std::to_string(layout.tp) + " pp=" +
+                             std::to_string(layout.pp) +
                              (layout.overlap ? " overlapped" : " one step at a time");
     Stack stack;
-    ASSERT_TRUE(stack.Start(model, 1, layout.pp,
+    ASSERT_TRUE(stack.Start(model, layout.tp, layout.pp,
                             {layout.overlap ? "--worker-arg=--pp-overlap=true"
                                             : "--worker-arg=--pp-overlap=false"}))
         << what << "\n" << stack.supervisor().Log();

@@ -104,7 +104,12 @@ Engine::Engine(const EngineConfig& config, kernels::Backend& backend,
       scheduler_(std::move(scheduler)),
       builder_(std::move(builder)),
       clock_(clock),
-      runner_(backend_, *model_, *kv_, builder_, logits_, config.pipeline) {}
+      runner_(backend_, *model_, *kv_, builder_, logits_, config.pipeline) {
+  if (config.step_comm != nullptr) {
+    plans_ = std::make_unique<PlanChannel>(*config.step_comm, config.step_root,
+                                           config.scheduler.max_in_flight_steps);
+  }
+}
 
 Engine::~Engine() { Stop(); }
 
@@ -281,10 +286,9 @@ void Engine::DeliverFinished(const FinishedRequest& finished) {
 }
 
 absl::Status Engine::Publish(const DeviceStep& step) {
-  if (config_.step_comm == nullptr) return absl::OkStatus();
+  if (plans_ == nullptr) return absl::OkStatus();
   last_publish_ = std::chrono::steady_clock::now();
-  std::string bytes = SerializeDeviceStep(step);
-  return parallel::BroadcastString(*config_.step_comm, bytes, config_.step_root);
+  return plans_->Send(SerializeDeviceStep(step));
 }
 
 absl::StatusOr<bool> Engine::RunStep() {
@@ -349,11 +353,13 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   const std::vector<int64_t>& first_row = pending.first_row;
   ASSIGN_OR_RETURN(const kernels::Tensor logits, runner_.Run(step));
   if (!plan.HasWork()) return absl::OkStatus();
-  // Requests aborted (and reported) while this step was in flight have no Live any more; their
-  // rows are left unsampled and the scheduler drops their results.
+  // Requests aborted while this step was in flight (the scheduler has ended them; their Live
+  // goes once the next plan reports it) get no row sampled and no token streamed; the scheduler
+  // drops their results.
   auto live_of = [&](RequestId id) -> Live* {
     auto it = live_.find(id);
-    return it == live_.end() ? nullptr : it->second.get();
+    if (it == live_.end() || !scheduler_->State(id).has_value()) return nullptr;
+    return it->second.get();
   };
   // One spec per logits row: prompt positions still to report are scored, each sampling
   // sequence's last row draws; only the small per-row results cross to the host.
@@ -454,16 +460,21 @@ void Engine::Loop() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Published steps are run even when every request in them has ended meanwhile: the other
+      // ranks run them too.
+      const bool published = !pending_.empty();
       auto ready = [&] {
-        return stop_ || !inbox_adds_.empty() || !inbox_aborts_.empty() ||
+        return stop_ || published || !inbox_adds_.empty() || !inbox_aborts_.empty() ||
                (progressed && scheduler_->HasPendingWork());
       };
       // A step that did nothing (requests waiting on something) is retried after a pause
       // rather than spun on.
-      if (scheduler_->HasPendingWork() && !progressed) {
+      if (published) {
+        // no wait
+      } else if (scheduler_->HasPendingWork() && !progressed) {
         wake_.wait_for(lock, std::chrono::milliseconds(5), ready);
       } else if (config_.step_comm != nullptr) {
-        // Peers wait in a collective with a timeout: tell them the leader is alive but idle.
+        // Peers wait for the next plan with a timeout: tell them the leader is alive but idle.
         if (!wake_.wait_for(lock, config_.idle_heartbeat, ready)) {
           lock.unlock();
           const absl::Status sent = Publish(DeviceStep{.kind = DeviceStep::Kind::kIdle});
@@ -509,7 +520,8 @@ void Engine::Loop() {
     }
   }
   pending_.clear();
-  const absl::Status stopped = Publish(DeviceStep{.kind = DeviceStep::Kind::kStop});
+  absl::Status stopped = Publish(DeviceStep{.kind = DeviceStep::Kind::kStop});
+  if (stopped.ok() && plans_ != nullptr) stopped = plans_->Flush();
   if (!stopped.ok()) spdlog::warn("telling the peer ranks to stop: {}", stopped.ToString());
   DrainInbox();
   for (auto& [id, live] : live_) {

@@ -26,6 +26,7 @@
 #include "worker/engine/clock.h"
 #include "worker/engine/device_step.h"
 #include "worker/engine/output_sink.h"
+#include "worker/engine/plan_channel.h"
 #include "worker/engine/scheduler.h"
 #include "worker/model/batch_builder.h"
 #include "worker/model/decode_graphs.h"
@@ -51,9 +52,9 @@ struct GenerateParams {
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_token_ids;
-  // Multi-rank replica: the leader broadcasts every DeviceStep from rank `step_root` of this
-  // communicator (it spans every rank of the replica) before running it, sends kIdle while idle
-  // and kStop when stopping. Not owned; used only on the loop thread (the model's collectives may
+  // Multi-rank replica: the leader sends every DeviceStep from rank `step_root` of this
+  // communicator (it spans every rank of the replica; PlanChannel) before running it, sends
+  // kIdle while idle and kStop when stopping. Not owned; used only on the loop thread (the model's collectives may
   // share it, in the same order on every rank). Null for a single-rank replica.
   parallel::Communicator* step_comm = nullptr;
   int step_root = 0;
@@ -140,6 +141,7 @@ class Engine {
   DeviceStepRunner runner_;
   std::chrono::steady_clock::time_point last_publish_{};  // loop thread: the last step sent
   std::deque<PendingStep> pending_;  // loop thread: published, oldest first
+  std::unique_ptr<PlanChannel> plans_;  // to the peer ranks (multi-rank replicas)
 
   // Loop-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "worker/engine/plan_channel.h"
 
 namespace xserv::engine {
 
@@ -11,8 +12,9 @@ absl::Status RunPeerLoop(parallel::Communicator& comm, int root, DeviceStepRunne
   PeerLoopStats local;
   PeerLoopStats& s = stats != nullptr ? *stats : local;
   std::string bytes;
+  PlanChannel plans(comm, root, /*max_in_flight=*/1);  // receives only
   while (true) {
-    RETURN_IF_ERROR(parallel::BroadcastString(comm, bytes, root));
+    RETURN_IF_ERROR(plans.Receive(bytes));
     ASSIGN_OR_RETURN(DeviceStep step, ParseDeviceStep(bytes));
     switch (step.kind) {
       case DeviceStep::Kind::kStop:

@@ -169,8 +169,9 @@ TEST_P(GlooWorldTest, StartSendLetsEveryRankSendBeforeItReceives) {
       std::vector<int32_t> in(1000, -1);
       ASSERT_TRUE(comm.Recv(std::as_writable_bytes(std::span(in)), prev, 5).ok());
       EXPECT_EQ(in, std::vector<int32_t>(1000, prev * 100 + i));
-      // Sends drain as the next rank receives: at most the not-yet-received ones remain.
-      ASSERT_TRUE(comm.WaitSends(kSends).ok());
+      // The next rank takes message i at its own iteration i: waiting for it to have taken
+      // messages 0..i must return (and leaves the later ones pending).
+      ASSERT_TRUE(comm.WaitSends(static_cast<size_t>(kSends - i - 1)).ok());
     }
     ASSERT_TRUE(comm.WaitSends(0).ok());
   });
