@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <system_error>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -58,8 +59,13 @@ absl::Status DequantizeMxfp4(std::span<const uint8_t> blocks, std::span<const ui
   }
   std::vector<std::thread> workers;
   workers.reserve(threads);
-  for (size_t t = 0; t < threads; ++t) {
-    workers.emplace_back(decode, groups * t / threads, groups * (t + 1) / threads);
+  size_t started = 0;
+  try {
+    for (; started < threads; ++started) {
+      workers.emplace_back(decode, groups * started / threads, groups * (started + 1) / threads);
+    }
+  } catch (const std::system_error&) {  // no thread to be had: this one decodes the rest
+    decode(groups * started / threads, groups);
   }
   for (std::thread& w : workers) w.join();
   return absl::OkStatus();

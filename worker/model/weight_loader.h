@@ -46,7 +46,7 @@ class WeightLoader {
   // weight `X` with a sibling `X_scale_inv` [ceil(out/b0), ceil(in/b1)] (F32, BF16 or F16) is
   // dequantised on the host by Take, X[i, j] * scale_inv[i / b0, j / b1], slices included, and
   // then converted to the wanted dtype (exact in f32; one rounding to bf16). `block` is
-  // weight_block_size ({b0, b1}); empty means one scale per tensor (scale_inv of one element).
+  // weight_block_size ({b0, b1}); empty means one scale per tensor (scale_inv of shape [1, 1]).
   void set_fp8_block_size(std::vector<int64_t> block) { fp8_block_ = std::move(block); }
 
   // Quantise-on-load (xserv-worker --quantization fp8): every 2-D linear weight of the decoder
