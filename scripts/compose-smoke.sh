@@ -89,7 +89,10 @@ stream=$(curl -fsSN "$base/v1/chat/completions" -H 'Content-Type: application/js
   -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8, "stream": true}')
 grep -q '^data: \[DONE\]' <<<"$stream" || { log "stream did not end in [DONE]"; exit 1; }
 [[ $(grep -c '^data: {' <<<"$stream") -ge 2 ]] || { log "stream has no chunks"; exit 1; }
-curl -fsS "$base/metrics" | grep -q '^xserv:' || { log "no xserv: metrics"; exit 1; }
+# Into a variable first: `curl | grep -q` fails under pipefail once grep quits before curl has
+# written everything (it did when the page grew).
+metrics=$(curl -fsS "$base/metrics") || { log "GET /metrics failed"; exit 1; }
+grep -q '^xserv:' <<<"$metrics" || { log "no xserv: metrics"; exit 1; }
 log "chat (plain and streaming) and /metrics through the router: ok"
 
 # A worker dies: the supervisor in the workers container restarts the replica.
@@ -98,8 +101,9 @@ t0=$SECONDS
 sleep 1
 recovered=""
 for _ in $(seq 120); do
-  if curl -fsS "$base/v1/chat/completions" -H 'Content-Type: application/json' -d "$chat" \
-       2>/dev/null | grep -q '"chat.completion"'; then
+  reply=$(curl -fsS "$base/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "$chat" 2>/dev/null) || reply=""
+  if grep -q '"chat.completion"' <<<"$reply"; then
     recovered=yes
     break
   fi
