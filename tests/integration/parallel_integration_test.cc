@@ -6,6 +6,7 @@
 // the replica down (an in-flight request gets a clean error) and the supervisor brings it back
 // (recovery time recorded); SIGTERM drains an in-flight request across the ranks.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/integration/hostile_http.h"
 #include "tests/integration/http_client.h"
 #include "tests/integration/process.h"
 #include "tests/integration/stack_util.h"
@@ -210,6 +212,62 @@ TEST(Parallel, PipelineKeepsAStepInFlightPerStage) {
     }
     EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
         << what << "\n" << stack.supervisor().Log();
+  }
+}
+
+// Clients that vanish while their requests' steps are in flight (aborts between a plan and its
+// result), beside requests that must come out exactly as on one rank; then SIGTERM while two
+// long requests keep both pipeline steps busy: they finish, the ranks stop cleanly.
+TEST(Parallel, PipelineSurvivesAbortsAndStopsWithStepsInFlight) {
+  const std::string model = MakeTinyModel("qwen3", "qwen3", /*seed=*/3, /*num_layers=*/5);
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  constexpr int kTokens = 24;
+  std::vector<Completion> base;
+  {
+    Stack stack;
+    ASSERT_TRUE(stack.Start(model, 1)) << stack.supervisor().Log();
+    base = CompleteConcurrently(stack, kTokens);
+    ASSERT_EQ(base.size(), Prompts().size());
+    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0);
+  }
+  Stack stack;
+  ASSERT_TRUE(stack.Start(model, 1, /*pp=*/2)) << stack.supervisor().Log();
+  const int port = stack.supervisor().port();
+  const std::string payload =
+      json{{"prompt", {7, 8, 9}}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}
+          .dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  auto vanishing = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 12; ++i) {
+      const int fd = ConnectLoopback(port, std::chrono::seconds(10));
+      if (fd < 0) continue;
+      SendAll(fd, request);
+      char buf[256];
+      (void)recv(fd, buf, sizeof(buf), 0);  // streaming has started: its steps are in flight
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 * (i % 4)));
+      close(fd);
+    }
+  });
+  const std::vector<Completion> got = CompleteConcurrently(stack, kTokens);
+  vanishing.get();
+  ExpectSameGreedy(base, got, "pp=2 beside vanishing clients");
+  EXPECT_GT(stack.Metric("pipeline_overlapped_steps_total"), 0);
+
+  auto long_request = [port] {
+    return Post(port, "/v1/completions",
+                json{{"prompt", {4, 5, 6}}, {"max_tokens", 150}, {"temperature", 0},
+                     {"ignore_eos", true}});
+  };
+  auto first = std::async(std::launch::async, long_request);
+  auto second = std::async(std::launch::async, long_request);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
+      << stack.supervisor().Log();
+  for (auto* f : {&first, &second}) {
+    const HttpResult r = f->get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.Json()["usage"]["completion_tokens"], 150);
   }
 }
 
