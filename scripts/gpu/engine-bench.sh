@@ -22,7 +22,7 @@ python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokeniz
     if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
     else flags=(--batch-invariant true --invariant-reference-rows "$mode"); fi
     .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \
-      --gen-len 64 --batch "$batches" --repeats 3 "${flags[@]}" ${BENCH_FLAGS:-} 2>&1 | grep -v "^\s*$"
+      --gen-len 64 --batch "$batches" --repeats 3 "${flags[@]}" ${BENCH_FLAGS:-} 2>&1 | grep --line-buffered -v "^\s*$"
   done
 } | tee "$OUT/engine-bench-$arch.txt"
 rm -rf "$work"

@@ -43,7 +43,7 @@ bench() {  # name, xserv-bench args...
   local name=$1; shift
   timeout "${LEVEL_TIMEOUT_S:-300}" "$BIN/xserv-bench" --url "http://127.0.0.1:$port" \
     --hardware "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
-    --out "$OUT/serve-bench-$arch-$name.json" --log-level warn "$@" 2>&1 | grep -v "^concurrency .*\[" 
+    --out "$OUT/serve-bench-$arch-$name.json" --log-level warn "$@" 2>&1 | grep --line-buffered -v "^concurrency .*\[" 
   note "$name done (rc ${PIPESTATUS[0]})"
 }
 bench ttft --concurrency 1 --requests "${TTFT_REQUESTS:-5}" --warmup 1 \
