@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <system_error>
 #include <cmath>
+#include <system_error>
 #include <thread>
 #include <vector>
 

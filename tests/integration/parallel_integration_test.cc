@@ -164,6 +164,18 @@ TEST(Parallel, GptOssLayoutsMatchSingleRank) {
   ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {1, 2}, {1, 3}, {2, 2}});
 }
 
+// CompleteConcurrently on one rank serving `model`: what the pipelined layouts must reproduce.
+std::vector<Completion> SingleRankConcurrent(const std::string& model, int max_tokens) {
+  Stack stack;
+  if (!stack.Start(model, 1)) {
+    ADD_FAILURE() << "single rank did not start\n" << stack.supervisor().Log();
+    return {};
+  }
+  std::vector<Completion> out = CompleteConcurrently(stack, max_tokens);
+  EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0);
+  return out;
+}
+
 // The pipelined leader keeps one step in flight per stage (--pp-overlap, default on): with
 // concurrent requests the stages work on different steps at once (counted by the router's
 // xserv:pipeline_overlapped_steps_total), the tokens stay those of one rank, and SIGTERM still
@@ -172,14 +184,8 @@ TEST(Parallel, PipelineKeepsAStepInFlightPerStage) {
   const std::string model = MakeTinyModel("qwen3", "qwen3", /*seed=*/3, /*num_layers=*/5);
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   constexpr int kTokens = 24;
-  std::vector<Completion> base;
-  {
-    Stack stack;
-    ASSERT_TRUE(stack.Start(model, 1)) << stack.supervisor().Log();
-    base = CompleteConcurrently(stack, kTokens);
-    ASSERT_EQ(base.size(), Prompts().size());
-    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0);
-  }
+  const std::vector<Completion> base = SingleRankConcurrent(model, kTokens);
+  ASSERT_EQ(base.size(), Prompts().size());
   struct Layout {
     int tp;
     int pp;
@@ -222,14 +228,8 @@ TEST(Parallel, PipelineSurvivesAbortsAndStopsWithStepsInFlight) {
   const std::string model = MakeTinyModel("qwen3", "qwen3", /*seed=*/3, /*num_layers=*/5);
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   constexpr int kTokens = 24;
-  std::vector<Completion> base;
-  {
-    Stack stack;
-    ASSERT_TRUE(stack.Start(model, 1)) << stack.supervisor().Log();
-    base = CompleteConcurrently(stack, kTokens);
-    ASSERT_EQ(base.size(), Prompts().size());
-    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0);
-  }
+  const std::vector<Completion> base = SingleRankConcurrent(model, kTokens);
+  ASSERT_EQ(base.size(), Prompts().size());
   Stack stack;
   ASSERT_TRUE(stack.Start(model, 1, /*pp=*/2)) << stack.supervisor().Log();
   const int port = stack.supervisor().port();

@@ -299,10 +299,8 @@ absl::StatusOr<bool> Engine::RunStep() {
     for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
     progressed = !plan.finished.empty();
     PendingStep pending = PrepareStep(std::move(plan));
-    const DeviceStep& step = pending.step;
-    if (pending.plan.HasWork() || !step.swap_out.empty() || !step.copies.empty() ||
-        !step.swap_in.empty()) {
-      RETURN_IF_ERROR(Publish(step));
+    if (pending.plan.HasWork() || pending.plan.HasBlockOps()) {
+      RETURN_IF_ERROR(Publish(pending.step));
       planned_work = pending.plan.HasWork();
       pending_.push_back(std::move(pending));
     }
@@ -468,10 +466,8 @@ void Engine::Loop() {
                (progressed && scheduler_->HasPendingWork());
       };
       // A step that did nothing (requests waiting on something) is retried after a pause
-      // rather than spun on.
-      if (published) {
-        // no wait
-      } else if (scheduler_->HasPendingWork() && !progressed) {
+      // rather than spun on. (Every wait below returns at once while `ready` holds.)
+      if (scheduler_->HasPendingWork() && !progressed) {
         wake_.wait_for(lock, std::chrono::milliseconds(5), ready);
       } else if (config_.step_comm != nullptr) {
         // Peers wait for the next plan with a timeout: tell them the leader is alive but idle.

@@ -54,8 +54,9 @@ struct EngineConfig {
   std::vector<int32_t> eos_token_ids;
   // Multi-rank replica: the leader sends every DeviceStep from rank `step_root` of this
   // communicator (it spans every rank of the replica; PlanChannel) before running it, sends
-  // kIdle while idle and kStop when stopping. Not owned; used only on the loop thread (the model's collectives may
-  // share it, in the same order on every rank). Null for a single-rank replica.
+  // kIdle while idle and kStop when stopping. Not owned; used only on the loop thread (the
+  // model's collectives may share it, in the same order on every rank). Null for a single-rank
+  // replica.
   parallel::Communicator* step_comm = nullptr;
   int step_root = 0;
   // The leader's place in the pipeline (it is the last stage: it samples).

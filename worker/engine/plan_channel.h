@@ -5,8 +5,8 @@
 // steps in flight (SchedulerConfig::max_in_flight_steps) a rank may be busy in plan k — e.g. a
 // tensor-parallel peer of the last stage waiting in an all-reduce for the leader itself — while
 // the leader publishes plan k+1: a deadlock. Sends here only start; the leader keeps the bytes
-// of its last `max_in_flight` plans alive and waits for older ones, which every rank has taken
-// by then (the leader has finished them). Each plan is two messages per rank: its size, then
+// of its last `max_in_flight` plans alive and waits for older ones (every rank has taken a plan
+// the leader has finished; heartbeats and block-move plans the ranks take without it). Each plan is two messages per rank: its size, then
 // its bytes, on one tag, so they arrive in order.
 //
 // Owned by the loop thread of its rank (leader: engine loop; peer: peer loop); not thread-safe.

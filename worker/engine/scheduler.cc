@@ -86,10 +86,8 @@ StepPlan Scheduler::Step() {
   int32_t budget = config_.max_num_batched_tokens;
   // With several plans outstanding, each takes its share of the live requests, so that the
   // next plan finds the rest rather than nothing.
-  const size_t max_seqs =
-      config_.max_in_flight_steps == 1
-          ? requests_.size()
-          : (requests_.size() + config_.max_in_flight_steps - 1) / config_.max_in_flight_steps;
+  const size_t depth = static_cast<size_t>(config_.max_in_flight_steps);
+  const size_t max_seqs = (requests_.size() + depth - 1) / depth;
   auto full = [&] { return budget == 0 || plan.seqs.size() >= max_seqs; };
 
   // 1. Running decodes: one token each, so that ongoing streams keep their pace.

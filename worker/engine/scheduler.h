@@ -24,8 +24,8 @@
 #pragma once
 
 #include <any>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>

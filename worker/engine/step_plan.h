@@ -64,6 +64,8 @@ struct StepPlan {
   int32_t num_batched_tokens = 0;  // sum of token_ids sizes
 
   bool HasWork() const { return !seqs.empty(); }
+  // Block moves to execute even without work (e.g. a request that preempted itself).
+  bool HasBlockOps() const { return !swap_out.empty() || !copies.empty() || !swap_in.empty(); }
 };
 
 struct SampledToken {

@@ -271,6 +271,10 @@ absl::Status EmbeddingTable::Run(Backend& backend, parallel::Communicator* comm,
         "vocab-parallel embedding needs the step's token ids on the host: got ",
         in.host_token_ids.size(), " for ", tokens, " tokens"));
   }
+  if (tokens > local_ids_.view().dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding: ", tokens, " tokens, room for ",
+                                                   local_ids_.view().dim(0)));
+  }
   const int64_t rows = shard_.end - shard_.begin;
   host_local_ids_.resize(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -278,10 +282,6 @@ absl::Status EmbeddingTable::Run(Backend& backend, parallel::Communicator* comm,
     host_local_ids_[t] = static_cast<int32_t>(id >= shard_.begin && id < shard_.end
                                                   ? id - shard_.begin
                                                   : rows);
-  }
-  if (tokens > local_ids_.view().dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("embedding: ", tokens, " tokens, room for ",
-                                                   local_ids_.view().dim(0)));
   }
   const Tensor ids = local_ids_.view().SliceRows(0, tokens);
   RETURN_IF_ERROR(backend.CopyFromHost(host_local_ids_.data(), ids));

@@ -115,8 +115,8 @@ kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t>
   {
     auto view = Lookup(name, shape);
     if (!view) return {};
-    const bool quantize = QuantizesOnLoad(name, shape);
-    if (view->dtype == dtype && !quantize) {  // stored as wanted: one copy, no conversion
+    // Stored as wanted: one copy, no conversion.
+    if (view->dtype == dtype && !QuantizesOnLoad(name, shape)) {
       auto buffer = backend_->Allocate(dtype, shape);
       if (!buffer.ok() || !backend_->CopyFromHost(view->data.data(), buffer->view()).ok()) {
         problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
@@ -124,18 +124,27 @@ kernels::Buffer WeightLoader::Take(const std::string& name, std::vector<int64_t>
       }
       return std::move(*buffer);
     }
-    host.resize(view->NumElements());
-    if (auto status = safetensors::ConvertToFloat(view->dtype, view->data, host); !status.ok()) {
-      problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+    if (!DecodeWeight(name, shape, /*slice=*/nullptr, view->dtype, view->data, shape, host)) {
       return {};
     }
-    if (view->dtype == safetensors::DType::kF8E4M3 &&
-        !ApplyFp8Scales(name, shape, /*slice=*/nullptr, host)) {
-      return {};
-    }
-    if (quantize) QuantizeFp8InPlace(host, 1, shape[0], shape[1]);
   }
   return Upload(host, shape, dtype);
+}
+
+bool WeightLoader::DecodeWeight(const std::string& name, const std::vector<int64_t>& shape,
+                                const TensorSlice* slice, safetensors::DType stored,
+                                std::span<const std::byte> data,
+                                const std::vector<int64_t>& held_shape, std::vector<float>& host) {
+  host.resize(data.size() / safetensors::DTypeSize(stored));
+  if (auto status = safetensors::ConvertToFloat(stored, data, host); !status.ok()) {
+    problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+    return false;
+  }
+  if (stored == safetensors::DType::kF8E4M3 && !ApplyFp8Scales(name, shape, slice, host)) {
+    return false;
+  }
+  if (QuantizesOnLoad(name, shape)) QuantizeFp8InPlace(host, 1, held_shape[0], held_shape[1]);
+  return true;
 }
 
 bool WeightLoader::QuantizesOnLoad(const std::string& name,
@@ -279,8 +288,8 @@ kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<in
   {
     auto sliced = LookupSlice(name, shape, slice);
     if (!sliced) return {};
-    const bool quantize = QuantizesOnLoad(name, shape);
-    if (sliced->dtype == dtype && !quantize) {  // no conversion: upload the gathered bytes
+    // No conversion: upload the gathered bytes.
+    if (sliced->dtype == dtype && !QuantizesOnLoad(name, shape)) {
       auto buffer = backend_->Allocate(dtype, sliced->shape);
       if (!buffer.ok() || !backend_->CopyFromHost(sliced->data.data(), buffer->view()).ok()) {
         problems_.push_back(absl::StrCat("tensor ", name, ": upload failed"));
@@ -288,17 +297,9 @@ kernels::Buffer WeightLoader::Take(const std::string& name, const std::vector<in
       }
       return std::move(*buffer);
     }
-    host.resize(sliced->data.size() / safetensors::DTypeSize(sliced->dtype));
-    if (auto status = safetensors::ConvertToFloat(sliced->dtype, sliced->data, host);
-        !status.ok()) {
-      problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+    if (!DecodeWeight(name, shape, &slice, sliced->dtype, sliced->data, sliced->shape, host)) {
       return {};
     }
-    if (sliced->dtype == safetensors::DType::kF8E4M3 &&
-        !ApplyFp8Scales(name, shape, &slice, host)) {
-      return {};
-    }
-    if (quantize) QuantizeFp8InPlace(host, 1, sliced->shape[0], sliced->shape[1]);
   }
   return Upload(host, slice.Apply(shape), dtype);
 }

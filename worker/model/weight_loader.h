@@ -137,6 +137,13 @@ class WeightLoader {
   // scales when the checkpoint has `name`_scale_inv. False (recorded) on a bad scale tensor.
   bool ApplyFp8Scales(const std::string& name, const std::vector<int64_t>& shape,
                       const TensorSlice* slice, std::vector<float>& values);
+  // `data` (stored as `stored`; the `slice` of `name`'s `shape` when given, held as
+  // `held_shape`) as the floats the model computes with: converted, FP8 block scales applied,
+  // and through FP8 when quantising on load. False (recorded) on failure.
+  bool DecodeWeight(const std::string& name, const std::vector<int64_t>& shape,
+                    const TensorSlice* slice, safetensors::DType stored,
+                    std::span<const std::byte> data, const std::vector<int64_t>& held_shape,
+                    std::vector<float>& host);
   // False (recorded) for a block-scaled F8 tensor read as plain floats (ReadHostFloats).
   bool RefuseScaledFp8(const std::string& name, safetensors::DType dtype);
 

@@ -45,7 +45,7 @@ class Communicator {
   // not overlap recv otherwise.
   virtual absl::Status AllGather(std::span<const float> send, std::span<float> recv) = 0;
   // Bytes from `root` to every rank, in place; all ranks pass the same size. For payloads whose
-  // size only the root knows (the serialized step plan), use BroadcastString below.
+  // size only the root knows, use BroadcastString below.
   virtual absl::Status Broadcast(std::span<std::byte> data, int root) = 0;
   // Point-to-point. A Send may block until `dst` has posted the matching Recv (Gloo's TCP
   // transport does), so two ranks that both Send before they Recv deadlock: order the calls

@@ -82,10 +82,6 @@ class FakeModel {
   std::vector<int32_t> host_;
 };
 
-inline bool HasBlockOps(const StepPlan& plan) {
-  return !plan.swap_out.empty() || !plan.copies.empty() || !plan.swap_in.empty();
-}
-
 struct Outcome {
   std::vector<int32_t> tokens;
   std::optional<FinishReason> reason;
@@ -138,7 +134,7 @@ class Driver {
       }
       planned_work = plan.HasWork();
       // A plan of block moves only (e.g. a request preempting itself) must run too.
-      if (planned_work || HasBlockOps(plan)) outstanding_.push_back(plan);
+      if (planned_work || plan.HasBlockOps()) outstanding_.push_back(plan);
     }
     if (!outstanding_.empty() && !(planned_work && scheduler_.CanStep())) FinishOldest();
     return plan;

@@ -130,7 +130,7 @@ TEST_P(SoakTest, InvariantsHoldAndNothingLeaks) {
         }
       }
       // A plan of block moves only (a request preempting itself) must run too.
-      if (plan.HasWork() || testing::HasBlockOps(plan)) outstanding.push_back(std::move(plan));
+      if (plan.HasWork() || plan.HasBlockOps()) outstanding.push_back(std::move(plan));
       ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
     }
     // A pipelined engine sometimes plans again before the oldest result is back.
