@@ -238,26 +238,33 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
 }
 
 TEST(Fp8Model, QuantiseOnLoadRefusesGpt2AndFp8Checkpoints) {
-  const std::string tokenizer = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/gpt2";
-  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) {
-    GTEST_SKIP() << "GPT-2 tokenizer not fetched (scripts/fetch-assets.sh)";
+  const std::string tokenizers = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/";
+  for (const char* name : {"gpt2", "qwen3"}) {
+    if (!std::filesystem::exists(tokenizers + name + "/tokenizer.json")) {
+      GTEST_SKIP() << name << " tokenizer not fetched (scripts/fetch-assets.sh)";
+    }
   }
-  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "fp8_gpt2").string();
+  const std::filesystem::path root = std::filesystem::path(::testing::TempDir()) / "fp8_refuse";
+  const std::string gpt2_dir = (root / "gpt2").string(), fp8_dir = (root / "qwen3-fp8").string();
   ASSERT_TRUE(tools::MakeModel({.arch = tools::ModelArch::kGpt2,
                                 .preset = tools::ModelPreset::kTiny,
                                 .seed = 1,
-                                .tokenizer_dir = tokenizer,
-                                .out_dir = dir})
+                                .tokenizer_dir = tokenizers + "gpt2",
+                                .out_dir = gpt2_dir})
+                  .ok());
+  ASSERT_TRUE(tools::MakeModel({.arch = tools::ModelArch::kQwen3,
+                                .preset = tools::ModelPreset::kTiny,
+                                .seed = 1,
+                                .tokenizer_dir = tokenizers + "qwen3",
+                                .out_dir = fp8_dir,
+                                .fp8_block = 32})
                   .ok());
   kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
-  const auto gpt2 = LoadModel(dir, backend, ModelLoadOptions{.quantize_fp8_block = 128});
+  const auto gpt2 = LoadModel(gpt2_dir, backend, ModelLoadOptions{.quantize_fp8_block = 128});
   EXPECT_EQ(gpt2.status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string fp8 = (std::filesystem::path(::testing::TempDir()) / "fp8_twin/32").string();
-  if (std::filesystem::exists(fp8 + "/config.json")) {  // made by the test above
-    const auto twice = LoadModel(fp8, backend, ModelLoadOptions{.quantize_fp8_block = 128});
-    EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(twice.status().message().find("FP8 already"), std::string::npos) << twice.status();
-  }
+  const auto twice = LoadModel(fp8_dir, backend, ModelLoadOptions{.quantize_fp8_block = 128});
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.status().message().find("FP8 already"), std::string::npos) << twice.status();
 }
 
 }  // namespace
