@@ -114,6 +114,10 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block, int64_t reserved
     const double used = static_cast<double>(d.total_memory_bytes - d.free_memory_bytes);
     const double budget = f.gpu_memory_utilization * d.total_memory_bytes - used -
                           static_cast<double>(reserved_bytes);
+    // Per-GPU memory of a layout (weights plus the largest step's activations) is read off this
+    // line by the GPU benchmark scripts.
+    spdlog::info("device memory before the KV cache: {:.2f} GiB in use of {:.2f} GiB",
+                 used / (1 << 30), static_cast<double>(d.total_memory_bytes) / (1 << 30));
     return budget > 0 ? static_cast<int64_t>(budget) / bytes_per_block : 0;
   }
 #endif

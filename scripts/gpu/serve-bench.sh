@@ -8,6 +8,7 @@
 # Env: CONCURRENCY=1,64,256 INPUT_LEN=128 OUTPUT_LEN=512 TTFT_LEN=2048 TTFT_REQUESTS=5
 #      MODEL_DIR= (reuse an HF directory; else e2e_reference.py --model-only builds one)
 #      BACKEND=cuda (cpu runs the same flow on a development machine) WORKER_ARGS= LEVEL_TIMEOUT_S=300
+#      SUPERVISOR_ARGS= (e.g. "--tp 2 --devices 0,1"), TAG= (suffix of the output names)
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -29,21 +30,25 @@ if [[ -z $model ]]; then
 fi
 worker_args=(--worker-arg=--max-model-len --worker-arg=$((${TTFT_LEN:-2048} + 1024)))
 for a in ${WORKER_ARGS:-}; do worker_args+=("--worker-arg=$a"); done
+tagged=$arch${TAG:+-$TAG}
+# shellcheck disable=SC2086
 "$BIN/xserv-supervisor" --model "$model" --backend "${BACKEND:-cuda}" --http-port "$port" \
   --grpc-port $((port + 1)) --bin-dir "$BIN" --worker-base-port $((port + 20)) "${worker_args[@]}" \
-  >"$OUT/serve-bench-$arch-serve.log" 2>&1 &
+  ${SUPERVISOR_ARGS:-} >"$OUT/serve-bench-$tagged-serve.log" 2>&1 &
 sup=$!
 for _ in $(seq 1200); do
   curl -sf "http://127.0.0.1:$port/ready" >/dev/null && break
-  kill -0 $sup 2>/dev/null || { note "the stack exited"; tail -5 "$OUT/serve-bench-$arch-serve.log"; exit 1; }
+  kill -0 $sup 2>/dev/null || { note "the stack exited"; tail -5 "$OUT/serve-bench-$tagged-serve.log"; exit 1; }
   sleep 0.5
 done
 note "serving"
+grep -o "device memory before the KV cache.*" "$OUT/serve-bench-$tagged-serve.log" | sed "s/^/[$tagged] /"
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null | sed "s/^/[$tagged] GPU /"
 bench() {  # name, xserv-bench args...
   local name=$1; shift
   timeout "${LEVEL_TIMEOUT_S:-300}" "$BIN/xserv-bench" --url "http://127.0.0.1:$port" \
     --hardware "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
-    --out "$OUT/serve-bench-$arch-$name.json" --log-level warn "$@" 2>&1 | grep --line-buffered -v "^concurrency .*\[" 
+    --out "$OUT/serve-bench-$tagged-$name.json" --log-level warn "$@" 2>&1 | grep --line-buffered -v "^concurrency .*\[" 
   note "$name done (rc ${PIPESTATUS[0]})"
 }
 bench ttft --concurrency 1 --requests "${TTFT_REQUESTS:-5}" --warmup 1 \
