@@ -24,6 +24,11 @@ absl::StatusOr<RuntimeInfo> QueryRuntime() {
     return info;
   }
   RETURN_IF_CUDA_ERROR(count_err);
+  // cudaMemGetInfo reads the current device, so each is made current in turn; the caller's
+  // current device comes back afterwards (a backend's allocations must stay on its stream's
+  // device: a worker that saw two GPUs once allocated its KV cache on the second).
+  int current = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&current));
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     RETURN_IF_CUDA_ERROR(cudaGetDeviceProperties(&prop, i));
@@ -38,6 +43,7 @@ absl::StatusOr<RuntimeInfo> QueryRuntime() {
     RETURN_IF_CUDA_ERROR(cudaMemGetInfo(&device.free_memory_bytes, &total));
     info.devices.push_back(std::move(device));
   }
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(current));
   return info;
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include <cuda_runtime_api.h>
+
 #include "tests/gpu/cuda_test_util.h"
 
 namespace xserv::kernels::cuda::testing {
@@ -27,6 +29,22 @@ TEST_F(CudaOps, AllocateIsZeroedAndCopiesRoundTrip) {
   std::vector<float> values = RandomBf16(37 * 5, rng);
   ASSERT_TRUE(cuda().CopyFromHost(values.data(), t).ok());
   EXPECT_EQ(DownloadCuda(t), values);
+}
+
+// Querying the devices (as the worker does when it sizes the KV cache) must leave the backend's
+// device current: on a two-GPU host a query once left the last device current, the next
+// cudaMalloc landed there and the memset on the backend's stream failed.
+TEST_F(CudaOps, AllocateAfterQueryingEveryDevice) {
+  auto info = xserv::cuda::QueryRuntime();
+  ASSERT_TRUE(info.ok()) << info.status();
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0) << "of " << info->devices.size() << " devices";
+  auto buffer = cuda().Allocate(DType::kF32, {1024});
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::vector<float> host(1024, 1.0f);
+  ASSERT_TRUE(cuda().CopyToHost(buffer->view(), host.data()).ok());
+  EXPECT_EQ(host, std::vector<float>(1024, 0.0f));
 }
 
 TEST_F(CudaOps, ConvertBetweenFloatTypes) {
