@@ -97,6 +97,12 @@ class Backend {
   // out[t] = table[ids[t]] (or out[t] += table[ids[t]] when accumulate); ids i32 [T] < V.
   virtual absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
                                  bool accumulate) = 0;
+  // One tensor-parallel rank's rows of a vocab-parallel table ([R, H], ids first_id ..
+  // first_id + R - 1): out[t] = table[ids[t] - first_id] for ids in the shard, zeros for the
+  // others (the sum over the ranks gives every token its row). Ids must be >= 0. On the device,
+  // unlike a host-side remap, so a decode graph can hold it.
+  virtual absl::Status EmbeddingShard(const Tensor& table, const Tensor& ids, int64_t first_id,
+                                      const Tensor& out) = 0;
   // out = x / rms(x) * weight over the last dim; out may alias x. x [R, H] or [R, heads, H].
   virtual absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                const Tensor& out) = 0;

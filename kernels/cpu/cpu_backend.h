@@ -35,6 +35,8 @@ class CpuBackend final : public Backend {
 
   absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
                          bool accumulate) override;
+  absl::Status EmbeddingShard(const Tensor& table, const Tensor& ids, int64_t first_id,
+                              const Tensor& out) override;
   absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                        const Tensor& out) override;
   absl::Status AddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,

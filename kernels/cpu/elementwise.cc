@@ -13,30 +13,40 @@
 
 namespace xserv::kernels::cpu {
 
-absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
-                                   bool accumulate) {
-  constexpr const char* kOp = "Embedding";
-  RETURN_IF_ERROR(ExpectDType(kOp, "table", table, DType::kF32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "table", table, 2));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "table", table));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 1));
-  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kF32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "out", out, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 0, ids.dim(0)));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, table.dim(1)));
+namespace {
+
+// Embedding and EmbeddingShard: row ids[t] - first_id of the table; outside the table an error,
+// or zeros for a shard (another rank's token).
+absl::Status EmbedRows(const char* op, const Tensor& table, const Tensor& ids, const Tensor& out,
+                       bool accumulate, int64_t first_id, bool shard) {
+  RETURN_IF_ERROR(ExpectDType(op, "table", table, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(op, "table", table, 2));
+  RETURN_IF_ERROR(ExpectContiguous(op, "table", table));
+  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 1));
+  RETURN_IF_ERROR(ExpectDType(op, "out", out, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(op, "out", out, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "out", out));
+  RETURN_IF_ERROR(ExpectDim(op, "out", out, 0, ids.dim(0)));
+  RETURN_IF_ERROR(ExpectDim(op, "out", out, 1, table.dim(1)));
+  if (first_id < 0) return OpError(op, absl::StrCat("first id ", first_id, " is negative"));
   const int32_t* id = ids.as<int32_t>();
   const int64_t vocab = table.dim(0), hidden = table.dim(1);
   for (int64_t t = 0; t < ids.dim(0); ++t) {
-    if (id[t] < 0 || id[t] >= vocab) {
-      return OpError(kOp, absl::StrCat("token id ", id[t], " at ", t, " outside [0, ", vocab, ")"));
+    if (id[t] < 0 || (!shard && id[t] - first_id >= vocab)) {
+      return OpError(op, absl::StrCat("token id ", id[t], " at ", t, " outside [0, ",
+                                      shard ? int64_t{1} << 31 : vocab, ")"));
     }
   }
   const Rows<float> dst = AsRows<float>(out);
   for (int64_t t = 0; t < ids.dim(0); ++t) {
-    const float* src = table.as<float>() + static_cast<int64_t>(id[t]) * hidden;
+    const int64_t row = id[t] - first_id;
     float* o = dst.row(t);
+    if (row < 0 || row >= vocab) {
+      std::fill(o, o + hidden, 0.0f);
+      continue;
+    }
+    const float* src = table.as<float>() + row * hidden;
     if (accumulate) {
       for (int64_t i = 0; i < hidden; ++i) o[i] += src[i];
     } else {
@@ -44,6 +54,19 @@ absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
+                                   bool accumulate) {
+  return EmbedRows("Embedding", table, ids, out, accumulate, /*first_id=*/0, /*shard=*/false);
+}
+
+absl::Status CpuBackend::EmbeddingShard(const Tensor& table, const Tensor& ids, int64_t first_id,
+                                        const Tensor& out) {
+  return EmbedRows("EmbeddingShard", table, ids, out, /*accumulate=*/false, first_id,
+                   /*shard=*/true);
 }
 
 absl::Status CpuBackend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -66,18 +66,23 @@ __global__ void __launch_bounds__(kThreads) AddBiasKernel(const RowsView out, co
 // Row t of out gets row ids[t] of table ([vocab, out.cols], contiguous).
 __global__ void __launch_bounds__(kThreads)
     EmbeddingKernel(const bf16* table, int64_t vocab, const int32_t* ids, const RowsView out,
-                    bool accumulate) {
+                    bool accumulate, int64_t first_id, bool shard) {
   const int64_t n = out.rows * out.cols;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
     const int64_t t = i / out.cols, c = i % out.cols;
     const int32_t id = ids[t];
     bf16* o = RowPtr<bf16>(out, t) + c;
-    if (id < 0 || id >= vocab) {
+    const int64_t row = static_cast<int64_t>(id) - first_id;
+    if (id < 0 || (!shard && row >= vocab)) {
       *o = QuietNaN<bf16>();
       continue;
     }
-    const bf16 v = table[static_cast<int64_t>(id) * out.cols + c];
+    if (row < 0 || row >= vocab) {  // another rank's token (shard)
+      *o = FromFloat<bf16>(0.0f);
+      continue;
+    }
+    const bf16 v = table[row * out.cols + c];
     *o = accumulate ? FromFloat<bf16>(ToFloat(*o) + ToFloat(v)) : v;
   }
 }
@@ -162,10 +167,11 @@ cudaError_t LaunchAddBias(const RowsView& out, ElemType out_type, const void* bi
 }
 
 cudaError_t LaunchEmbedding(const void* table, int64_t vocab, const int32_t* ids,
-                            const RowsView& out, bool accumulate, cudaStream_t stream) {
+                            const RowsView& out, bool accumulate, int64_t first_id, bool shard,
+                            cudaStream_t stream) {
   if (out.rows * out.cols == 0) return cudaSuccess;
   EmbeddingKernel<<<BlocksFor(out.rows * out.cols), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(table), vocab, ids, out, accumulate);
+      static_cast<const bf16*>(table), vocab, ids, out, accumulate, first_id, shard);
   return cudaGetLastError();
 }
 

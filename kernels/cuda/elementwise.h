@@ -23,10 +23,12 @@ cudaError_t LaunchGeluTanh(const RowsView& x, const RowsView& out, cudaStream_t 
 // out[r, c] += bias[c]; out f32 or bf16, bias f32 or bf16 (for GEMMs whose epilogue has none).
 cudaError_t LaunchAddBias(const RowsView& out, ElemType out_type, const void* bias,
                           ElemType bias_type, cudaStream_t stream);
-// out[t] = table[ids[t]] (or +=). table bf16 [vocab, cols] contiguous; out bf16 rows. Ids
-// outside [0, vocab) poison their row with NaN.
+// out[t] = table[ids[t] - first_id] (or +=). table bf16 [vocab, cols] contiguous; out bf16
+// rows. Negative ids poison their row with NaN; so do ids past the table unless `shard`, where
+// ids outside [first_id, first_id + vocab) give zero rows (another rank's vocabulary).
 cudaError_t LaunchEmbedding(const void* table, int64_t vocab, const int32_t* ids,
-                            const RowsView& out, bool accumulate, cudaStream_t stream);
+                            const RowsView& out, bool accumulate, int64_t first_id, bool shard,
+                            cudaStream_t stream);
 // out[l] = x[idx[l]] for rows of `elem_bytes`-sized elements (2 or 4). Bad indices poison (NaN).
 cudaError_t LaunchGatherRows(const RowsView& x, const int32_t* idx, const RowsView& out,
                              int elem_bytes, cudaStream_t stream);

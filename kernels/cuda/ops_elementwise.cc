@@ -45,7 +45,31 @@ absl::Status CudaBackend::Embedding(const Tensor& table, const Tensor& ids, cons
   RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
   RETURN_IF_ERROR(CheckIndices(kOp, "token id", ids, table.dim(0)));
   return Launched(kOp, LaunchEmbedding(table.data, table.dim(0), ids.as<int32_t>(), AsRows(out),
-                                       accumulate, stream_));
+                                       accumulate, /*first_id=*/0, /*shard=*/false, stream_));
+}
+
+absl::Status CudaBackend::EmbeddingShard(const Tensor& table, const Tensor& ids,
+                                         int64_t first_id, const Tensor& out) {
+  constexpr const char* kOp = "EmbeddingShard";
+  RETURN_IF_ERROR(ExpectCuda(kOp, "table", table));
+  RETURN_IF_ERROR(ExpectDType(kOp, "table", table, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(kOp, "table", table, 2));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "table", table));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
+  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 1));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(kOp, "out", out, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 0, ids.dim(0)));
+  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, table.dim(1)));
+  if (first_id < 0) return OpError(kOp, absl::StrCat("first id ", first_id, " is negative"));
+  // Any non-negative id is valid (other ranks' ids read zeros); check mode refuses negative ones.
+  RETURN_IF_ERROR(CheckIndices(kOp, "token id", ids, int64_t{1} << 31));
+  return Launched(kOp, LaunchEmbedding(table.data, table.dim(0), ids.as<int32_t>(), AsRows(out),
+                                       /*accumulate=*/false, first_id, /*shard=*/true, stream_));
 }
 
 absl::Status CudaBackend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {

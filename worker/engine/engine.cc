@@ -83,8 +83,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                    backend.Allocate(kernels::DType::kF32,
                                     {logits_rows, engine->model_->config().vocab_size}));
   const model::Model& m = *engine->model_;
-  if (config.graphs && config.step_comm == nullptr && m.tp_size() == 1 && m.is_first_stage() &&
-      m.is_last_stage()) {
+  // Tensor-parallel ranks capture too (their all-reduces are NCCL calls on the captured stream):
+  // every rank runs the same plans, so each pads, captures and replays the same steps.
+  if (config.graphs && m.is_first_stage() && m.is_last_stage()) {
     engine->graphs_ = std::make_unique<model::DecodeGraphs>(
         backend, *engine->model_, *engine->kv_, engine->builder_, logits_rows,
         static_cast<int>(config.scheduler.max_model_len));

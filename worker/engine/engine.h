@@ -62,8 +62,8 @@ struct EngineConfig {
   // The leader's place in the pipeline (it is the last stage: it samples).
   PipelineLink pipeline;
   std::chrono::milliseconds idle_heartbeat{1000};
-  // Decode steps as graph replays (model/decode_graphs.h) where the backend has graphs; only
-  // for single-rank replicas (ignored otherwise).
+  // Decode steps as graph replays (model/decode_graphs.h) where the backend has graphs; for
+  // single-stage replicas (one rank or tensor-parallel ranks; ignored with pipeline stages).
   bool graphs = false;
 };
 

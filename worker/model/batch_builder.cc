@@ -92,7 +92,6 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   }
   ForwardInputs in;
   in.token_ids = token_ids_.view().SliceRows(0, tokens);
-  in.host_token_ids = host_tokens_;
   in.positions = positions_.view().SliceRows(0, tokens);
   in.logits_indices =
       logits_indices_.view().SliceRows(0, static_cast<int64_t>(host_logits_indices_.size()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 
@@ -63,6 +64,14 @@ absl::Status DecodeGraphs::Run(std::span<const SequenceChunk> chunks,
   }
   const absl::Status forward = model_.Forward(in, kv_.layers(), rows);
   absl::StatusOr<int64_t> graph = backend_.EndCapture();
+  if ((!forward.ok() || !graph.ok()) && model_.tp_size() > 1) {
+    // Falling back alone would leave this rank running unpadded steps while its peers replay
+    // padded ones: their collectives would no longer match. Fail the step (the replica restarts;
+    // --cuda-graphs=false is the way out if captures keep failing).
+    return absl::InternalError(absl::StrCat(
+        "decode graph capture of ", bucket, " rows failed on a tensor-parallel rank: ",
+        (!forward.ok() ? forward : graph.status()).ToString()));
+  }
   if (!forward.ok() || !graph.ok()) {
     // Nothing ran during the capture: turn graphs off and run the step directly.
     enabled_ = false;

@@ -10,8 +10,10 @@
 // direct run with the same kernels: padding never changes another row (the kernels are row-wise
 // or, for attention, split the same way).
 //
-// Single-rank, single-stage replicas only: a TP peer would have to pad and replay identically,
-// and the pipeline hand-off goes through the host. Owned and used by the engine-loop thread.
+// Single-stage replicas only (the pipeline hand-off goes through the host). Tensor-parallel ranks
+// each hold one: they run the same plans, so they pad, capture and replay the same steps, and the
+// all-reduces are captured with the kernels; a capture that fails there fails the step rather
+// than let one rank fall back alone. Owned and used by the engine-loop thread.
 #pragma once
 
 #include <cstdint>

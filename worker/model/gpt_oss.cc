@@ -128,11 +128,8 @@ class GptOssModel final : public Model {
                                         "of 32 (MXFP4 blocks)");
     }
     if (pp_.first()) {
-      absl::Status embed_status;
-      embed_ = EmbeddingTable::Load(loader, backend, tp_, VocabShard::Of(c, tp_),
-                                    "model.embed_tokens.weight", c, max_num_tokens(),
-                                    embed_status);
-      RETURN_IF_ERROR(embed_status);
+      embed_ = EmbeddingTable::Load(loader, tp_, VocabShard::Of(c, tp_),
+                                    "model.embed_tokens.weight", c);
     } else {
       loader.Ignore("model.embed_tokens.weight");
     }

@@ -232,10 +232,9 @@ absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tenso
   return AllReduceSum(comm, backend, logits);
 }
 
-EmbeddingTable EmbeddingTable::Load(WeightLoader& loader, Backend& backend, const TpShard& tp,
+EmbeddingTable EmbeddingTable::Load(WeightLoader& loader, const TpShard& tp,
                                     const VocabShard& shard, const std::string& name,
-                                    const ModelConfig& config, int64_t max_tokens,
-                                    absl::Status& status) {
+                                    const ModelConfig& config) {
   EmbeddingTable e;
   e.shard_ = shard;
   const std::vector<int64_t> shape = {config.vocab_size, config.hidden_size};
@@ -244,48 +243,14 @@ EmbeddingTable EmbeddingTable::Load(WeightLoader& loader, Backend& backend, cons
     return e;
   }
   e.sharded_ = true;
-  const int64_t rows = shard.end - shard.begin, h = config.hidden_size;
-  const Buffer part = TakeShard(loader, tp, name, shape, TpShard::Blocks(0, shard.begin, shard.end, 1));
-  if (part.empty()) return e;  // the loader recorded why
-  // The shard's rows, then the zero row that tokens of other shards read.
-  e.table_ = AllocRows(backend, rows + 1, h, status);
-  if (e.table_.empty()) return e;
-  absl::Status copied = backend.Convert(part.view(), e.table_.view().SliceRows(0, rows));
-  if (copied.ok()) copied = backend.Zero(e.table_.view().SliceRows(rows, rows + 1));
-  if (!copied.ok() && status.ok()) status = copied;
-  auto ids = backend.Allocate(kernels::DType::kI32, {max_tokens});
-  if (ids.ok()) {
-    e.local_ids_ = std::move(*ids);
-  } else if (status.ok()) {
-    status = ids.status();
-  }
-  return e;
+  e.table_ = TakeShard(loader, tp, name, shape, TpShard::Blocks(0, shard.begin, shard.end, 1));
+  return e;  // empty on failure: the loader recorded why
 }
 
 absl::Status EmbeddingTable::Run(Backend& backend, parallel::Communicator* comm,
                                  const ForwardInputs& in, const Tensor& out) {
   if (!sharded_) return backend.Embedding(table_.view(), in.token_ids, out, /*accumulate=*/false);
-  const int64_t tokens = in.token_ids.dim(0);
-  if (static_cast<int64_t>(in.host_token_ids.size()) != tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocab-parallel embedding needs the step's token ids on the host: got ",
-        in.host_token_ids.size(), " for ", tokens, " tokens"));
-  }
-  if (tokens > local_ids_.view().dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("embedding: ", tokens, " tokens, room for ",
-                                                   local_ids_.view().dim(0)));
-  }
-  const int64_t rows = shard_.end - shard_.begin;
-  host_local_ids_.resize(static_cast<size_t>(tokens));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t id = in.host_token_ids[t];
-    host_local_ids_[t] = static_cast<int32_t>(id >= shard_.begin && id < shard_.end
-                                                  ? id - shard_.begin
-                                                  : rows);
-  }
-  const Tensor ids = local_ids_.view().SliceRows(0, tokens);
-  RETURN_IF_ERROR(backend.CopyFromHost(host_local_ids_.data(), ids));
-  RETURN_IF_ERROR(backend.Embedding(table_.view(), ids, out, /*accumulate=*/false));
+  RETURN_IF_ERROR(backend.EmbeddingShard(table_.view(), in.token_ids, shard_.begin, out));
   return AllReduceSum(comm, backend, out);
 }
 

@@ -118,31 +118,27 @@ absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tenso
 
 // The input embedding table. Under TP with a vocabulary the ranks split evenly (VocabShard), it
 // is vocab-parallel (Megatron's VocabParallelEmbedding): each rank holds rows [shard.begin,
-// shard.end) plus one zero row, a token outside the shard reads the zero row, and the sum over
-// the ranks gives every token its row (exact: one non-zero term per element).
+// shard.end), a token outside the shard gives a zero row (Backend::EmbeddingShard, on the device
+// so that decode graphs hold it), and the sum over the ranks gives every token its row (exact:
+// one non-zero term per element).
 class EmbeddingTable {
  public:
-  // `shard` covering the vocabulary loads the whole table (no all-reduce in Run). Failures of
-  // the loader are recorded there, others (allocation, copies) in `status`.
-  static EmbeddingTable Load(WeightLoader& loader, Backend& backend, const TpShard& tp,
-                             const VocabShard& shard, const std::string& name,
-                             const ModelConfig& config, int64_t max_tokens, absl::Status& status);
+  // `shard` covering the vocabulary loads the whole table (no all-reduce in Run). Failures are
+  // recorded by the loader (the table is then empty).
+  static EmbeddingTable Load(WeightLoader& loader, const TpShard& tp, const VocabShard& shard,
+                             const std::string& name, const ModelConfig& config);
 
-  // out[t] = row of token t ([T, H], T = in.token_ids.dim(0) <= max_tokens); sums over `comm`
-  // when sharded.
+  // out[t] = row of token t ([T, H], T = in.token_ids.dim(0)); sums over `comm` when sharded.
   absl::Status Run(Backend& backend, parallel::Communicator* comm, const ForwardInputs& in,
                    const Tensor& out);
   // The shard's rows [shard.end - shard.begin, H]: a tied lm_head.
-  Tensor rows() const { return table_.view().SliceRows(0, shard_.end - shard_.begin); }
+  Tensor rows() const { return table_.view(); }
   bool empty() const { return table_.empty(); }
 
  private:
-  Buffer table_;  // [rows (+1 zero row when sharded), H]
+  Buffer table_;  // [shard.end - shard.begin, H]
   VocabShard shard_;
   bool sharded_ = false;
-  Buffer local_ids_;                   // i32 [max tokens]: the row each token reads (sharded)
-  std::vector<int32_t> host_local_ids_;
 };
-
 
 }  // namespace xserv::model

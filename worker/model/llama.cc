@@ -32,14 +32,11 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config();
     backend_ = &backend;
     const std::string embed = "model.embed_tokens.weight";
-    absl::Status embed_status;
     if (is_first_stage() || (is_last_stage() && c.tie_word_embeddings)) {
-      embed_ = EmbeddingTable::Load(loader, backend, tp_, VocabShard::Of(c, tp_), embed, c,
-                                    max_num_tokens(), embed_status);
+      embed_ = EmbeddingTable::Load(loader, tp_, VocabShard::Of(c, tp_), embed, c);
     } else {
       loader.Ignore(embed);
     }
-    RETURN_IF_ERROR(embed_status);
     if (c.tie_word_embeddings || !is_last_stage()) {
       loader.Ignore("lm_head.weight");  // tied exporters may write the copy anyway
     } else {

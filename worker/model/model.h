@@ -42,9 +42,6 @@ namespace xserv::model {
 // scheduled sequence (prefill chunks and decode tokens), sequence after sequence.
 struct ForwardInputs {
   kernels::Tensor token_ids;       // i32 [T]
-  // The same ids on the host, valid during Forward (a vocab-parallel embedding remaps them to
-  // its own rows; layers.h EmbeddingTable). Empty when the caller has none.
-  std::span<const int32_t> host_token_ids;
   kernels::Tensor positions;       // i32 [T]: position of each token in its sequence
   kernels::AttentionBatch attention;
   kernels::Tensor logits_indices;  // i32 [L]: rows whose next-token logits are wanted

@@ -53,6 +53,36 @@ TEST_P(ElementwiseOpTest, EmbeddingRejectsOutOfRangeIds) {
   }
 }
 
+// A rank's slice of a vocab-parallel table: its ids read their rows, every other id (below or
+// above the shard, including ids past any real vocabulary) a zero row.
+TEST_P(ElementwiseOpTest, EmbeddingShardReadsItsRowsAndZerosTheRest) {
+  std::mt19937 rng(13);
+  const int64_t rows = 5, hidden = 24, first = 10;
+  std::vector<float> table = RandomFloats(rows * hidden, rng);
+  const std::vector<int32_t> ids = {10, 14, 9, 15, 0, 12, 1 << 30, 10};
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  Tensor out = Poisoned({tokens, hidden});
+  ASSERT_TRUE(backend()
+                  .EmbeddingShard(Upload(table, {rows, hidden}), UploadI32(ids, {tokens}), first,
+                                  out)
+                  .ok());
+  std::vector<double> expected(tokens * hidden, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t row = ids[t] - first;
+    if (row < 0 || row >= rows) continue;
+    for (int64_t i = 0; i < hidden; ++i) expected[t * hidden + i] = table[row * hidden + i];
+  }
+  EXPECT_TRUE(AllClose(Download(out), expected, Tol({.f32 = 0, .bf16 = 8e-3})));
+  // Negative ids are never valid (nor is a negative first id).
+  Tensor bad = UploadI32({10, -1}, {2});
+  EXPECT_EQ(backend().EmbeddingShard(Upload(table, {rows, hidden}), bad, first,
+                                     Poisoned({2, hidden})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().EmbeddingShard(Upload(table, {rows, hidden}), UploadI32({1}, {1}), -1,
+                                     Poisoned({1, hidden})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(ElementwiseOpTest, AddMatchesReferenceAndMayAlias) {
   std::mt19937 rng(12);
   for (int64_t rows : kRowCounts) {
