@@ -117,6 +117,9 @@ class CudaBackend final : public Backend {
   // kernel and reports its execution error under the op's name.
   absl::Status Launched(const char* op, cudaError_t launch_error);
   // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
+  // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens.
+  absl::Status ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                            const ExpertWeights& experts, const GluParams& glu, const Tensor& out);
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
   // check_each_op: the CPU backend's host-side checks of the step's attention metadata.
@@ -136,6 +139,8 @@ class CudaBackend final : public Backend {
   Buffer sample_rows_, sample_adjustments_, sample_results_;
   // Attention's split partials (attention.h), grown on demand.
   Buffer attention_partials_;
+  // The MXFP4 experts' scratch (moe_mxfp4.h): routing, activations, down outputs.
+  Buffer moe_routing_, moe_act_, moe_out_;
   std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index
   std::vector<Buffer> retired_;          // scratch outgrown by Reserve, still in graphs
   // CopyFromHost of kStagedCopyBytes or more: two pinned chunks, each with the event of its last

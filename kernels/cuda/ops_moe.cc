@@ -1,10 +1,10 @@
-// CudaBackend mixture-of-experts ops: router top-k (softmax.cu) and sparse dense-bf16 experts
-// (moe.cu). MXFP4 experts are not implemented on the device yet; the model loader dequantises
-// them to dense at load, which is what reaches this op today.
+// CudaBackend mixture-of-experts ops: router top-k (softmax.cu), sparse dense-bf16 experts
+// (moe.cu) and MXFP4 experts on tensor cores (moe_mxfp4.cu).
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_mxfp4.h"
 #include "kernels/cuda/op_util.h"
 #include "kernels/cuda/softmax.h"
 
@@ -40,9 +40,8 @@ absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tens
                                   const ExpertWeights& experts, const GluParams& glu,
                                   const Tensor& out) {
   constexpr const char* kOp = "Experts";
-  if (experts.format != ExpertWeights::Format::kDense) {
-    return absl::UnimplementedError(
-        "Experts: MXFP4 experts are not implemented on CUDA yet (dequantise at load)");
+  if (experts.format == ExpertWeights::Format::kMxfp4) {
+    return ExpertsMxfp4(x, ids, weights, experts, glu, out);
   }
   RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
   RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kBF16));
@@ -106,6 +105,146 @@ absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tens
                          .limit = glu.limit,
                          .alpha = glu.alpha};
   return Launched(kOp, LaunchExperts(args, stream_));
+}
+
+namespace {
+
+// Tokens per round of the MXFP4 path: bounds its scratch (f32 down outputs of k pairs per token).
+constexpr int64_t kMxfp4ChunkTokens = 1024;
+
+}  // namespace
+
+absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                       const ExpertWeights& experts, const GluParams& glu,
+                                       const Tensor& out) {
+  constexpr const char* kOp = "Experts";
+  RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
+  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(kOp, "x", x, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, x, out));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
+  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 2));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "weights", weights));
+  RETURN_IF_ERROR(ExpectDType(kOp, "weights", weights, DType::kF32));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, ids, weights));
+  RETURN_IF_ERROR(ExpectContiguous(kOp, "weights", weights));
+  RETURN_IF_ERROR(ExpectDim(kOp, "ids", ids, 0, x.dim(0)));
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", x.dim(0)));
+  const Tensor& gub = experts.gate_up_blocks;
+  const Tensor& gus = experts.gate_up_scales;
+  const Tensor& dnb = experts.down_blocks;
+  const Tensor& dns = experts.down_scales;
+  for (const Tensor* t : {&gub, &gus, &dnb, &dns}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, "MXFP4 tensor", *t));
+    RETURN_IF_ERROR(ExpectDType(kOp, "MXFP4 tensor", *t, DType::kU8));
+    RETURN_IF_ERROR(ExpectContiguous(kOp, "MXFP4 tensor", *t));
+  }
+  for (const Tensor* t : {&experts.gate_up_bias, &experts.down_bias}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, "expert bias", *t));
+    RETURN_IF_ERROR(ExpectDType(kOp, "expert bias", *t, DType::kBF16));
+    RETURN_IF_ERROR(ExpectContiguous(kOp, "expert bias", *t));
+  }
+  RETURN_IF_ERROR(ExpectRank(kOp, "gate_up_blocks", gub, 4));
+  RETURN_IF_ERROR(ExpectRank(kOp, "down_blocks", dnb, 4));
+  const int64_t num_experts = gub.dim(0), two_i = gub.dim(1), hidden = x.dim(1);
+  const int64_t inter = two_i / 2;
+  if (two_i % 2 != 0) return OpError(kOp, "gate_up rows must be even (gate/up interleaved)");
+  if (hidden % 32 != 0) return OpError(kOp, "hidden size must be a multiple of 32 (MXFP4)");
+  // Each A row is staged with 16-byte loads.
+  if (x.stride(0) % 8 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
+    return OpError(kOp, "x rows must be 16-byte aligned");
+  }
+  const std::vector<int64_t> gu_blocks = {num_experts, two_i, hidden / 32, 16};
+  const std::vector<int64_t> dn_blocks = {num_experts, hidden, inter / 32, 16};
+  for (int d = 0; d < 4; ++d) {
+    RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_blocks", gub, d, gu_blocks[d]));
+    RETURN_IF_ERROR(ExpectDim(kOp, "down_blocks", dnb, d, dn_blocks[d]));
+  }
+  if (inter % 32 != 0) return OpError(kOp, "intermediate size must be a multiple of 32 (MXFP4)");
+  RETURN_IF_ERROR(ExpectRank(kOp, "gate_up_scales", gus, 3));
+  RETURN_IF_ERROR(ExpectRank(kOp, "down_scales", dns, 3));
+  for (int d = 0; d < 3; ++d) {
+    RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_scales", gus, d, gu_blocks[d]));
+    RETURN_IF_ERROR(ExpectDim(kOp, "down_scales", dns, d, dn_blocks[d]));
+  }
+  RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_bias", experts.gate_up_bias, 0, num_experts));
+  RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_bias", experts.gate_up_bias, 1, two_i));
+  RETURN_IF_ERROR(ExpectDim(kOp, "down_bias", experts.down_bias, 0, num_experts));
+  RETURN_IF_ERROR(ExpectDim(kOp, "down_bias", experts.down_bias, 1, hidden));
+  const int64_t k = ids.dim(1);
+  if (k < 1) return OpError(kOp, "top-k must be positive");
+  if (num_experts > kMoeMaxExperts) {
+    return OpError(kOp, absl::StrCat(num_experts, " experts (supported: up to ", kMoeMaxExperts,
+                                     ")"));
+  }
+  if (MoeGemmSharedBytes(std::max(hidden, inter)) > kMaxExpertsSharedBytes) {
+    return OpError(kOp, absl::StrCat("hidden ", hidden, " and intermediate ", inter,
+                                     " exceed the kernel's shared memory"));
+  }
+  RETURN_IF_ERROR(CheckIndices(kOp, "expert id", ids, num_experts));
+  const int64_t tokens = x.dim(0);
+  if (tokens == 0) return absl::OkStatus();
+
+  // Scratch for one round: routing (sorted pairs, block experts, block count), activations,
+  // down outputs.
+  const int64_t chunk = std::min(tokens, kMxfp4ChunkTokens);
+  const int64_t max_blocks = MoeMaxBlocks(chunk * k, num_experts);
+  const int64_t routing_ints = max_blocks * kMoeBlockRows + max_blocks + 1;
+  RETURN_IF_ERROR(Reserve(moe_routing_, static_cast<size_t>(routing_ints) * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(moe_act_, static_cast<size_t>(chunk * k * inter) * 2));
+  RETURN_IF_ERROR(Reserve(moe_out_, static_cast<size_t>(chunk * k * hidden) * sizeof(float)));
+  auto* routing_base = static_cast<int32_t*>(moe_routing_.view().data);
+  const MoeRouting routing{.sorted_pairs = routing_base,
+                           .block_expert = routing_base + max_blocks * kMoeBlockRows,
+                           .num_blocks = routing_base + max_blocks * kMoeBlockRows + max_blocks};
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t n = std::min(chunk, tokens - t0);
+    const int64_t pairs = n * k;
+    const int32_t* chunk_ids = ids.as<int32_t>() + t0 * k;
+    const float* chunk_weights = weights.as<float>() + t0 * k;
+    const int blocks = static_cast<int>(MoeMaxBlocks(pairs, num_experts));
+    RETURN_IF_ERROR(Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
+                                                 static_cast<int>(num_experts), routing, stream_)));
+    const MoeGemmArgs gate_up{.a = AsRows(x.SliceRows(t0, t0 + n)),
+                              .a_row_div = static_cast<int>(k),
+                              .blocks = gub.as<uint8_t>(),
+                              .scales = gus.as<uint8_t>(),
+                              .bias = experts.gate_up_bias.data,
+                              .n = static_cast<int>(two_i),
+                              .k = static_cast<int>(hidden),
+                              .routing = routing,
+                              .max_blocks = blocks,
+                              .glu = true,
+                              .limit = glu.limit,
+                              .alpha = glu.alpha,
+                              .out = moe_act_.view().data};
+    RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Gemm(gate_up, stream_)));
+    const MoeGemmArgs down{.a = RowsView{.data = moe_act_.view().data,
+                                         .rows = pairs,
+                                         .cols = inter,
+                                         .stride = inter},
+                           .a_row_div = 1,
+                           .blocks = dnb.as<uint8_t>(),
+                           .scales = dns.as<uint8_t>(),
+                           .bias = experts.down_bias.data,
+                           .n = static_cast<int>(hidden),
+                           .k = static_cast<int>(inter),
+                           .routing = routing,
+                           .max_blocks = blocks,
+                           .out = moe_out_.view().data};
+    RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Gemm(down, stream_)));
+    RETURN_IF_ERROR(Launched(
+        kOp, LaunchMoeCombine(static_cast<const float*>(moe_out_.view().data), chunk_ids,
+                              chunk_weights, static_cast<int>(k), static_cast<int>(num_experts),
+                              AsRows(out.SliceRows(t0, t0 + n)), stream_)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace xserv::kernels::cuda

@@ -200,10 +200,18 @@ class GptOssModel final : public Model {
                                router_logits));
       RETURN_IF_ERROR(b.RouterTopK(router_logits, topk_ids, topk_weights));
       kernels::ExpertWeights experts;
-      experts.gate_up = layer.gate_up.view();
       experts.gate_up_bias = layer.gate_up_bias.view();
-      experts.down = layer.down.view();
       experts.down_bias = layer.down_bias.view();
+      if (layer.mxfp4) {
+        experts.format = kernels::ExpertWeights::Format::kMxfp4;
+        experts.gate_up_blocks = layer.gate_up.view();
+        experts.gate_up_scales = layer.gate_up_scales.view();
+        experts.down_blocks = layer.down.view();
+        experts.down_scales = layer.down_scales.view();
+      } else {
+        experts.gate_up = layer.gate_up.view();
+        experts.down = layer.down.view();
+      }
       RETURN_IF_ERROR(b.Experts(normed, topk_ids, topk_weights, experts, glu_, block_out));
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
     }
@@ -222,24 +230,68 @@ class GptOssModel final : public Model {
     // I is this rank's share of intermediate_size.
     Buffer gate_up, gate_up_bias;            // [E, 2I, H] (rows interleave gate/up), [E, 2I]
     Buffer down, down_bias;                  // [E, H, I], [E, H] (zeros on ranks other than 0)
+    // mxfp4: gate_up and down hold the checkpoint's u8 blocks ([E, 2I, H/32, 16],
+    // [E, H, I/32, 16]) and these their u8 scales ([E, 2I, H/32], [E, H, I/32]).
+    bool mxfp4 = false;
+    Buffer gate_up_scales, down_scales;
   };
+
+  // Whether this rank keeps the experts in MXFP4 (decoded in the kernels): a CUDA backend, an
+  // MXFP4 checkpoint, no FP8 requantisation, and a TP split of the intermediate features on
+  // whole 32-input groups. Otherwise they are decoded to dense at load.
+  bool KeepsMxfp4(const WeightLoader& loader, const ModelConfig& c, const std::string& x) const {
+    const int64_t inter = c.intermediate_size;
+    return backend_->device() == kernels::DeviceType::kCuda && loader.Has(x + "gate_up_proj_blocks") &&
+           !loader.quantizes_fp8() && (inter % tp_.size == 0) && (inter / tp_.size) % 32 == 0;
+  }
+
+  void LoadMxfp4Experts(WeightLoader& loader, const ModelConfig& c, const std::string& x,
+                        Layer& layer) {
+    const int64_t h = c.hidden_size, inter = c.intermediate_size, e = c.moe.num_experts;
+    const kernels::DType u8 = kernels::DType::kU8;
+    layer.mxfp4 = true;
+    const std::vector<int64_t> gu_blocks = {e, 2 * inter, h / 32, 16};
+    const std::vector<int64_t> gu_scales = {e, 2 * inter, h / 32};
+    const std::vector<int64_t> dn_blocks = {e, h, inter / 32, 16};
+    const std::vector<int64_t> dn_scales = {e, h, inter / 32};
+    if (!tp_.sharded()) {
+      layer.gate_up = loader.Take(x + "gate_up_proj_blocks", gu_blocks, u8);
+      layer.gate_up_scales = loader.Take(x + "gate_up_proj_scales", gu_scales, u8);
+      layer.down = loader.Take(x + "down_proj_blocks", dn_blocks, u8);
+      layer.down_scales = loader.Take(x + "down_proj_scales", dn_scales, u8);
+      return;
+    }
+    // Gate/up row pairs as in the dense split; down's input features as whole groups.
+    const TensorSlice rows = tp_.Split(1, 2 * inter);
+    layer.gate_up = loader.Take(x + "gate_up_proj_blocks", gu_blocks, rows, u8);
+    layer.gate_up_scales = loader.Take(x + "gate_up_proj_scales", gu_scales, rows, u8);
+    const TensorSlice groups = tp_.Split(2, inter / 32);
+    layer.down = loader.Take(x + "down_proj_blocks", dn_blocks, groups, u8);
+    layer.down_scales = loader.Take(x + "down_proj_scales", dn_scales, groups, u8);
+  }
 
   void LoadExperts(WeightLoader& loader, const ModelConfig& c, const std::string& x,
                    Layer& layer) {
     const int64_t h = c.hidden_size, inter = c.intermediate_size, e = c.moe.num_experts;
-    if (!tp_.sharded()) {
+    // Under TP, features [rank * I / tp, ...) are gate/up row pairs [2 * rank * I / tp, ...).
+    const TensorSlice gate_up_rows = tp_.Split(1, 2 * inter);
+    if (KeepsMxfp4(loader, c, x)) {
+      LoadMxfp4Experts(loader, c, x, layer);
+    } else if (!tp_.sharded()) {
       layer.gate_up = LoadExpertMatrix(loader, x + "gate_up_proj", e, 2 * inter, h);
-      layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter});
       layer.down = LoadExpertMatrix(loader, x + "down_proj", e, h, inter);
+    } else {
+      layer.gate_up =
+          LoadExpertMatrixSlice(loader, x + "gate_up_proj", e, 2 * inter, h, gate_up_rows);
+      layer.down =
+          LoadExpertMatrixSlice(loader, x + "down_proj", e, h, inter, tp_.Split(2, inter));
+    }
+    if (!tp_.sharded()) {
+      layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter});
       layer.down_bias = loader.Take(x + "down_proj_bias", {e, h});
       return;
     }
-    // Features [rank * I / tp, ...) are gate/up row pairs [2 * rank * I / tp, ...).
-    const TensorSlice gate_up_rows = tp_.Split(1, 2 * inter);
-    layer.gate_up =
-        LoadExpertMatrixSlice(loader, x + "gate_up_proj", e, 2 * inter, h, gate_up_rows);
     layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter}, gate_up_rows);
-    layer.down = LoadExpertMatrixSlice(loader, x + "down_proj", e, h, inter, tp_.Split(2, inter));
     const std::string down_bias = x + "down_proj_bias";
     if (tp_.rank != 0 && loader.Has(down_bias)) {
       loader.Ignore(down_bias);

@@ -55,6 +55,7 @@ class WeightLoader {
   // FP8 checkpoint of the same BF16 master would hold. Blocks tile the tensor this rank holds
   // (under TP the same as the checkpoint's when shard edges are multiples of `block`). 0: off.
   void set_quantize_fp8_block(int64_t block) { quantize_fp8_block_ = block; }
+  bool quantizes_fp8() const { return quantize_fp8_block_ > 0; }
   // The same for host floats the caller loads itself (gpt-oss experts): `matrices` [rows, cols].
   void QuantizeFp8InPlace(std::span<float> values, int64_t matrices, int64_t rows, int64_t cols);
 

@@ -1,0 +1,269 @@
+// MXFP4 (W4A16) mixture of experts on tensor cores: routing alignment, a grouped GEMM that decodes
+// the expert weights in registers, and the weighted combine. See moe_mxfp4.h for the data flow.
+//
+// GEMM tile: one CTA per (block of 16 pair rows of one expert, 64 output rows). The block's 16 A
+// rows (bf16, whole K) are staged in shared memory once; each of the 4 warps owns two n8 tiles
+// and streams their weight rows straight from global memory: per 32-input MXFP4 group a thread
+// loads the row's 16 bytes (the 4 threads of a row load the same bytes, one transaction) and
+// picks the 4 it needs for its mma.sync m16n8k16 B fragments (row n = lane / 4, inputs 2q, 2q+1,
+// 2q+8, 2q+9 with q = lane % 4: bytes q, q+4 of the group's first 16 inputs and q+8, q+12 of the
+// second, i.e. byte q of each 32-bit word). A byte becomes two bf16 through a 256-entry table and
+// one bf16x2 multiply by the group's power-of-two scale, both exact, so the tensor cores see
+// exactly the dequantised weights the CPU backend computes with. fp32 accumulation in a fixed
+// K order; a row's result does not depend on the other rows of its block.
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe_mxfp4.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kGemmWarps = 4;
+constexpr int kGemmThreads = kGemmWarps * kWarpSize;
+constexpr int kTileN = kGemmWarps * 16;  // two n8 tiles per warp
+constexpr int kAPad = 8;                 // bf16 per A row: conflict-free fragment loads
+constexpr int kLutWords = 256;
+constexpr int kGroupsInFlight = 4;       // weight groups loaded ahead of their MMAs
+constexpr int kAlignThreads = 1024;
+
+// bf16 bits of the E2M1 code (bit 3 sign; 0, 0.5, 1, 1.5, 2, 3, 4, 6).
+__device__ __forceinline__ uint32_t Fp4Bf16Bits(uint32_t code) {
+  constexpr uint16_t kMagnitude[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0,
+                                      0x4000, 0x4040, 0x4080, 0x40C0};
+  return kMagnitude[code & 7] | ((code & 8) << 12);
+}
+
+// 2^(s - 127) as bf16 bits, twice (E8M0 scale; s = 0 is the subnormal 2^-127, 255 infinity).
+__device__ __forceinline__ uint32_t ScaleBf16x2(uint32_t s) {
+  const uint32_t bits = s == 0 ? 0x0040u : (s << 7);
+  return bits | (bits << 16);
+}
+
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162 y = *reinterpret_cast<const __nv_bfloat162*>(&b);
+  x = __hmul2(x, y);
+  return *reinterpret_cast<const uint32_t*>(&x);
+}
+
+__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__global__ void __launch_bounds__(kAlignThreads)
+    MoeAlignKernel(const int32_t* ids, int pairs, int experts, MoeRouting r) {
+  __shared__ int counts[kMoeMaxExperts];
+  __shared__ int first_block[kMoeMaxExperts];
+  __shared__ int cursor[kMoeMaxExperts];
+  __shared__ int total_blocks;
+  for (int e = threadIdx.x; e < experts; e += kAlignThreads) {
+    counts[e] = 0;
+    cursor[e] = 0;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += kAlignThreads) {
+    const int e = ids[p];
+    if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int b = 0;
+    for (int e = 0; e < experts; ++e) {
+      first_block[e] = b;
+      b += (counts[e] + kMoeBlockRows - 1) / kMoeBlockRows;
+    }
+    total_blocks = b;
+    *r.num_blocks = b;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < total_blocks * kMoeBlockRows; i += kAlignThreads) {
+    r.sorted_pairs[i] = -1;
+  }
+  for (int e = threadIdx.x; e < experts; e += kAlignThreads) {
+    const int n = (counts[e] + kMoeBlockRows - 1) / kMoeBlockRows;
+    for (int b = 0; b < n; ++b) r.block_expert[first_block[e] + b] = e;
+  }
+  __syncthreads();  // the padding is written before pairs overwrite their slots
+  // Slots within an expert follow atomic order; no result depends on a pair's slot.
+  for (int p = threadIdx.x; p < pairs; p += kAlignThreads) {
+    const int e = ids[p];
+    if (e < 0 || e >= experts) continue;
+    r.sorted_pairs[first_block[e] * kMoeBlockRows + atomicAdd(&cursor[e], 1)] = p;
+  }
+}
+
+__global__ void __launch_bounds__(kGemmThreads)
+    MoeMxfp4GemmKernel(const __grid_constant__ MoeGemmArgs a) {
+  const int blk = blockIdx.x;
+  if (blk >= *a.routing.num_blocks) return;  // uniform across the CTA
+  extern __shared__ uint32_t smem[];
+  uint32_t* lut = smem;                                    // byte -> two bf16 (low nibble low)
+  bf16* a_s = reinterpret_cast<bf16*>(smem + kLutWords);   // [16][k + kAPad]
+  const int lda = a.k + kAPad;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int e = a.routing.block_expert[blk];
+  const int32_t* pairs = a.routing.sorted_pairs + static_cast<int64_t>(blk) * kMoeBlockRows;
+
+  for (int i = threadIdx.x; i < kLutWords; i += kGemmThreads) {
+    lut[i] = Fp4Bf16Bits(i & 0xF) | (Fp4Bf16Bits(i >> 4) << 16);
+  }
+  const int vecs = a.k / 8;  // 16-byte vectors per A row
+  for (int row = warp; row < kMoeBlockRows; row += kGemmWarps) {
+    const int p = pairs[row];
+    uint4* dst = reinterpret_cast<uint4*>(a_s + row * lda);
+    if (p < 0) {
+      for (int v = lane; v < vecs; v += kWarpSize) dst[v] = make_uint4(0, 0, 0, 0);
+    } else {
+      const uint4* src = reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.a, p / a.a_row_div));
+      for (int v = lane; v < vecs; v += kWarpSize) dst[v] = src[v];
+    }
+  }
+  __syncthreads();
+
+  const int g = lane / 4, q = lane % 4;
+  const int groups = a.k / 32;
+  const uint4* wrow[2];
+  const uint8_t* srow[2];
+  int col[2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    col[t] = blockIdx.y * kTileN + warp * 16 + t * 8;  // first output row of the n8 tile
+    const int n = min(col[t] + g, a.n - 1);            // rows past N load a valid row, unused
+    const int64_t row = static_cast<int64_t>(e) * a.n + n;
+    wrow[t] = reinterpret_cast<const uint4*>(a.blocks + row * groups * 16);
+    srow[t] = a.scales + row * groups;
+  }
+  const bf16* a_lo = a_s + g * lda + 2 * q;        // A row g
+  const bf16* a_hi = a_s + (g + 8) * lda + 2 * q;  // A row g + 8
+  float acc[2][4] = {};
+  for (int base = 0; base < groups; base += kGroupsInFlight) {
+    uint4 w[kGroupsInFlight][2];
+    uint32_t s[kGroupsInFlight][2];
+#pragma unroll
+    for (int d = 0; d < kGroupsInFlight; ++d) {
+      if (base + d < groups) {
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          w[d][t] = __ldg(wrow[t] + base + d);
+          s[d][t] = ScaleBf16x2(__ldg(srow[t] + base + d));
+        }
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kGroupsInFlight; ++d) {
+      if (base + d >= groups) break;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // inputs 0-15, then 16-31 of the group
+        const int kk = (base + d) * 32 + half * 16;
+        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo + kk);
+        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi + kk);
+        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + kk + 8);
+        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + kk + 8);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const uint32_t lo = half == 0 ? w[d][t].x : w[d][t].z;
+          const uint32_t hi = half == 0 ? w[d][t].y : w[d][t].w;
+          const uint32_t b0 = MulBf16x2(lut[(lo >> (8 * q)) & 0xFF], s[d][t]);
+          const uint32_t b1 = MulBf16x2(lut[(hi >> (8 * q)) & 0xFF], s[d][t]);
+          MmaBf16(acc[t], a0, a1, a2, a3, b0, b1);
+        }
+      }
+    }
+  }
+
+  // Accumulator layout: acc[t][0..1] = row g, columns col + 2q, +1; acc[t][2..3] = row g + 8.
+  const bf16* bias = static_cast<const bf16*>(a.bias) + static_cast<int64_t>(e) * a.n;
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const int c = col[t] + 2 * q;
+    if (c >= a.n) continue;  // N is even, so c + 1 < N too
+    const float b_even = ToFloat(bias[c]), b_odd = ToFloat(bias[c + 1]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int p = pairs[g + 8 * h];
+      if (p < 0) continue;
+      const float even = acc[t][2 * h] + b_even, odd = acc[t][2 * h + 1] + b_odd;
+      if (a.glu) {
+        const float gate = fminf(even, a.limit);
+        const float up = fminf(fmaxf(odd, -a.limit), a.limit);
+        const float act = (up + 1.0f) * (gate / (1.0f + expf(-a.alpha * gate)));
+        static_cast<bf16*>(a.out)[static_cast<int64_t>(p) * (a.n / 2) + c / 2] =
+            FromFloat<bf16>(act);
+      } else {
+        float* y = static_cast<float*>(a.out) + static_cast<int64_t>(p) * a.n + c;
+        y[0] = even;
+        y[1] = odd;
+      }
+    }
+  }
+}
+
+__global__ void MoeCombineKernel(const float* y, const int32_t* ids, const float* weights, int k,
+                                 int experts, const RowsView out) {
+  const int64_t t = blockIdx.x;
+  bool bad = false;
+  for (int j = 0; j < k; ++j) {
+    const int e = ids[t * k + j];
+    bad = bad || e < 0 || e >= experts;
+  }
+  bf16* o = RowPtr<bf16>(out, t);
+  for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x) {
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += weights[t * k + j] * y[(t * k + j) * out.cols + c];
+    o[c] = bad ? QuietNaN<bf16>() : FromFloat<bf16>(sum);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeAlign(const int32_t* ids, int pairs, int experts, const MoeRouting& routing,
+                           cudaStream_t stream) {
+  if (experts < 1 || experts > kMoeMaxExperts) return cudaErrorInvalidValue;
+  MoeAlignKernel<<<1, kAlignThreads, 0, stream>>>(ids, pairs, experts, routing);
+  return cudaGetLastError();
+}
+
+int64_t MoeGemmSharedBytes(int64_t k) {
+  return kLutWords * 4 + kMoeBlockRows * (k + kAPad) * 2;
+}
+
+cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
+  if (args.max_blocks == 0 || args.n == 0) return cudaSuccess;
+  if (args.k % 32 != 0 || args.n % 2 != 0) return cudaErrorInvalidValue;
+  const int64_t smem = MoeGemmSharedBytes(args.k);
+  // Raised when a larger size first comes, per device: a decode graph then captures launches
+  // whose first, direct run has already raised it (no attribute call while capturing).
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> allowed[kMaxDevices] = {};
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (device >= kMaxDevices || smem > std::max<int64_t>(allowed[device].load(), 48 * 1024)) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        MoeMxfp4GemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+    if (device < kMaxDevices) allowed[device].store(smem);
+  }
+  const dim3 grid(static_cast<unsigned>(args.max_blocks),
+                  static_cast<unsigned>((args.n + kTileN - 1) / kTileN));
+  MoeMxfp4GemmKernel<<<grid, kGemmThreads, static_cast<size_t>(smem), stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
+                             int experts, const RowsView& out, cudaStream_t stream) {
+  if (out.rows == 0) return cudaSuccess;
+  MoeCombineKernel<<<static_cast<unsigned>(out.rows), 256, 0, stream>>>(y, ids, weights, k,
+                                                                        experts, out);
+  return cudaGetLastError();
+}
+
+}  // namespace xserv::kernels::cuda

@@ -1,0 +1,72 @@
+// Launchers of the MXFP4 (W4A16) mixture-of-experts kernels (moe_mxfp4.cu). Host API only;
+// CudaBackend::Experts validates and chunks the tokens first (ops_moe.cc).
+//
+// One MoE layer over T tokens with top-k routing runs as four launches:
+//   1. MoeAlign: the T*k (token, slot) pairs p = t*k + j grouped by expert into blocks of
+//      kMoeBlockRows pair rows (each expert's last block padded with -1), with each block's expert;
+//   2. MoeMxfp4Gemm (GLU): act[p] = Glu(gate_up[e] · x[t] + bias) per pair, bf16;
+//   3. MoeMxfp4Gemm (plain): y[p] = down[e] · act[p] + bias, f32;
+//   4. MoeCombine: out[t] = sum_j weights[t, j] * y[t*k + j] in slot order (deterministic).
+// The GEMMs stream the expert weights in the HF checkpoint layout (u8 blocks [E, rows, G, 16],
+// two E2M1 codes per byte, low nibble first; u8 E8M0 scales [E, rows, G]) and decode them in
+// registers into bf16 tensor-core operands; only experts with routed tokens are read.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kernel_types.h"
+
+namespace xserv::kernels::cuda {
+
+// Pair rows per block: the M of one mma.sync m16n8k16 tile.
+inline constexpr int kMoeBlockRows = 16;
+
+// Blocks the alignment can produce for `pairs` pairs over `experts` experts (each used expert
+// pads its last block): ceil(pairs / 16) + min(experts, pairs).
+inline int64_t MoeMaxBlocks(int64_t pairs, int64_t experts) {
+  return (pairs + kMoeBlockRows - 1) / kMoeBlockRows + (experts < pairs ? experts : pairs);
+}
+
+struct MoeRouting {
+  int32_t* sorted_pairs = nullptr;  // [MoeMaxBlocks * 16]: pair index or -1 (padding)
+  int32_t* block_expert = nullptr;  // [MoeMaxBlocks]
+  int32_t* num_blocks = nullptr;    // [1]
+};
+
+// Groups the pairs of ids [pairs] (expert per pair; ids outside [0, experts) are left out: the
+// combine poisons their tokens). experts <= kMoeMaxExperts.
+inline constexpr int kMoeMaxExperts = 1024;
+cudaError_t LaunchMoeAlign(const int32_t* ids, int pairs, int experts, const MoeRouting& routing,
+                           cudaStream_t stream);
+
+struct MoeGemmArgs {
+  // A rows: pair p reads row p / a_row_div of `a` (x rows: div = k; act rows: div = 1).
+  RowsView a;  // bf16 [*, K]
+  int a_row_div = 1;
+  const uint8_t* blocks = nullptr;  // [E, N, K/32, 16]
+  const uint8_t* scales = nullptr;  // [E, N, K/32]
+  const void* bias = nullptr;       // bf16 [E, N]
+  int n = 0;                        // output features (rows of each expert matrix)
+  int k = 0;                        // inputs, a multiple of 32
+  MoeRouting routing;
+  int max_blocks = 0;
+  // glu: N interleaves gate (even) and up (odd) rows; out bf16 [pairs, N / 2] holds
+  // (u + 1) * g * sigmoid(alpha * g) with g = min(gate, limit), u = clamp(up, -limit, limit).
+  // Otherwise out f32 [pairs, N].
+  bool glu = false;
+  float limit = 7.0f;
+  float alpha = 1.702f;
+  void* out = nullptr;
+};
+// Shared memory the GEMM needs for inputs of k features (the block's A rows plus a decode table).
+int64_t MoeGemmSharedBytes(int64_t k);
+cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
+
+// out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id
+// outside [0, experts) get NaN rows.
+cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
+                             int experts, const RowsView& out, cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda
