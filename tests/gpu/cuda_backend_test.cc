@@ -316,8 +316,10 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
   struct Case {
     int64_t tokens, experts, k, hidden, inter;
   };
+  // The last two have gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups).
   for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
-                       Case{1100, 8, 2, 64, 64}}) {
+                       Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
+                       Case{3, 4, 2, 2880, 1440}}) {
     SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
                                       << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
     const int64_t e = c.experts, h = c.hidden, i = c.inter;
