@@ -49,6 +49,7 @@ struct WorkerFlags {
   std::string backend = "cpu";
   bool batch_invariant = false;
   bool cuda_graphs = true;
+  bool tp_cuda_graphs = false;
   bool pp_overlap = true;
   std::string quantization = "none";
   std::string host = "127.0.0.1";
@@ -292,6 +293,10 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
   spdlog::info("tp rank {}/{}, pp rank {}/{} following the leader", f.tp_rank, f.tp_size,
                f.pp_rank, f.pp_size);
   engine::DeviceStepRunner runner(backend, model, kv, *builder, *logits, ec.pipeline);
+  // The leader's engine makes the same graphs with the same limits (logits_rows included).
+  const std::unique_ptr<model::DecodeGraphs> graphs =
+      engine::MakeDecodeGraphs(ec, backend, model, kv, *builder, logits_rows);
+  runner.set_graphs(graphs.get());
   engine::PeerLoopStats stats;
   // The loop runs on its own thread so this one keeps consuming SIGTERM/SIGINT (a signal nobody
   // waits for would be delivered to some library thread and kill the process mid-step); the
@@ -450,6 +455,7 @@ int Run(const WorkerFlags& f) {
   ec.step_root = LeaderRank(f);
   ec.pipeline = LinkOf(f, groups->world);
   ec.graphs = f.backend == "cuda" && f.cuda_graphs;
+  ec.graphs_with_collectives = f.tp_cuda_graphs;
   ec.scheduler.max_in_flight_steps = MaxInFlightSteps(f);
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
@@ -532,6 +538,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")
+      ->capture_default_str();
+  app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
+                 "cuda, experimental: decode graphs on tensor-parallel replicas too (NCCL "
+                 "all-reduces captured; every rank must run it); not yet verified on GPUs")
       ->capture_default_str();
   app.add_option("--host", f.host, "listen address")->capture_default_str();
   app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();

@@ -82,16 +82,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   ASSIGN_OR_RETURN(engine->logits_,
                    backend.Allocate(kernels::DType::kF32,
                                     {logits_rows, engine->model_->config().vocab_size}));
-  const model::Model& m = *engine->model_;
+  engine->graphs_ = MakeDecodeGraphs(config, backend, *engine->model_, *engine->kv_,
+                                     engine->builder_, logits_rows);
+  engine->runner_.set_graphs(engine->graphs_.get());
+  return engine;
+}
+
+std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config,
+                                                      kernels::Backend& backend,
+                                                      model::Model& model, model::KvCache& kv,
+                                                      model::BatchBuilder& builder,
+                                                      int64_t logits_rows) {
   // Tensor-parallel ranks capture too (their all-reduces are NCCL calls on the captured stream):
   // every rank runs the same plans, so each pads, captures and replays the same steps.
-  if (config.graphs && m.is_first_stage() && m.is_last_stage()) {
-    engine->graphs_ = std::make_unique<model::DecodeGraphs>(
-        backend, *engine->model_, *engine->kv_, engine->builder_, logits_rows,
-        static_cast<int>(config.scheduler.max_model_len));
-    engine->runner_.set_graphs(engine->graphs_.get());
-  }
-  return engine;
+  if (!config.graphs || !model.is_first_stage() || !model.is_last_stage()) return nullptr;
+  if (model.tp_size() > 1 && !config.graphs_with_collectives) return nullptr;
+  return std::make_unique<model::DecodeGraphs>(backend, model, kv, builder, logits_rows,
+                                               static_cast<int>(config.scheduler.max_model_len));
 }
 
 Engine::Engine(const EngineConfig& config, kernels::Backend& backend,

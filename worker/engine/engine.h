@@ -63,8 +63,11 @@ struct EngineConfig {
   PipelineLink pipeline;
   std::chrono::milliseconds idle_heartbeat{1000};
   // Decode steps as graph replays (model/decode_graphs.h) where the backend has graphs; for
-  // single-stage replicas (one rank or tensor-parallel ranks; ignored with pipeline stages).
+  // single-stage replicas (ignored with pipeline stages; tensor-parallel ones see below).
   bool graphs = false;
+  // Decode graphs on tensor-parallel ranks too (their all-reduces captured with the kernels).
+  // Off by default until verified on GPUs: a rank that fell out of step would hang its peers.
+  bool graphs_with_collectives = false;
 };
 
 // A consistent snapshot for the Load RPC and metrics.
@@ -73,6 +76,15 @@ struct EngineLoad {
   double step_time_ms_avg = 0;  // exponential average over recent steps
   bool draining = false;
 };
+
+// The decode graphs of a rank (leader or peer) when `config.graphs` and the model is a single
+// stage; null otherwise. Every rank of a tensor-parallel replica must make the same decision with
+// the same limits, so that they pad, capture and replay the same steps.
+std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config,
+                                                      kernels::Backend& backend,
+                                                      model::Model& model, model::KvCache& kv,
+                                                      model::BatchBuilder& builder,
+                                                      int64_t logits_rows);
 
 class Engine {
  public:

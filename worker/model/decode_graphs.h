@@ -11,9 +11,10 @@
 // or, for attention, split the same way).
 //
 // Single-stage replicas only (the pipeline hand-off goes through the host). Tensor-parallel ranks
-// each hold one: they run the same plans, so they pad, capture and replay the same steps, and the
-// all-reduces are captured with the kernels; a capture that fails there fails the step rather
-// than let one rank fall back alone. Owned and used by the engine-loop thread.
+// (opt-in: EngineConfig::graphs_with_collectives) each hold one, leader and peers alike: they run
+// the same plans, so they pad, capture and replay the same steps, and the all-reduces are
+// captured with the kernels; a capture that fails there fails the step rather than let one rank
+// fall back alone. Owned and used by the engine-loop (or peer-loop) thread.
 #pragma once
 
 #include <cstdint>
