@@ -50,6 +50,7 @@ struct WorkerFlags {
   bool batch_invariant = false;
   bool cuda_graphs = true;
   bool tp_cuda_graphs = false;
+  bool flash_prefill = false;
   bool pp_overlap = true;
   std::string quantization = "none";
   std::string host = "127.0.0.1";
@@ -94,7 +95,9 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
     if (runtime.ok()) spdlog::info("{}", cuda::Describe(*runtime));
     ASSIGN_OR_RETURN(auto backend,
                      kernels::cuda::CudaBackend::Create(
-                         {.device = 0, .batch_invariant = f.batch_invariant}));
+                         {.device = 0,
+                          .batch_invariant = f.batch_invariant,
+                          .flash_prefill = f.flash_prefill}));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -538,6 +541,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")
+      ->capture_default_str();
+  app.add_option("--flash-prefill", f.flash_prefill,
+                 "cuda, experimental: prefill attention on tensor cores for prompts of >= 16 "
+                 "tokens (head_dim 64/128); not yet verified on GPUs")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda, experimental: decode graphs on tensor-parallel replicas too (NCCL "

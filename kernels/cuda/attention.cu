@@ -53,6 +53,7 @@ __device__ __forceinline__ void Merge(State<kChunks>& state, const State<kChunks
 struct Row {
   int s = 0, pos = 0, first = 0;
   bool bad = false;
+  bool flash = false;  // the tensor-core prefill kernel computes this row
 };
 
 __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
@@ -68,6 +69,7 @@ __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
   r.pos = a.seq_lens[r.s] - q_len + (t - a.query_start[r.s]);
   r.first = a.sliding_window > 0 ? max(0, r.pos - a.sliding_window + 1) : 0;
   r.bad = r.pos < r.first || r.pos < 0;
+  r.flash = a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len;
   return r;
 }
 
@@ -227,6 +229,7 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y * kWarps + warp;
   if (h >= a.heads) return;  // whole warps; no CTA barrier below
   const Row row = RowOf(a, t);
+  if (row.flash) return;
   const int kv_head = h / (a.heads / a.kv_heads);
   const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * a.head_dim;
   const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * a.head_dim;
@@ -277,6 +280,7 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y * kWarps + warp;
   if (h >= a.heads) return;
   const Row row = RowOf(a, t);
+  if (row.flash) return;
   // A row beyond the splits the grid covered (metadata the host's max_seq_len did not describe)
   // has no partials: NaN, like any bad metadata.
   const bool bad = row.bad || row.pos / kSplitKeys >= a.num_splits;

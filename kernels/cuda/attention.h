@@ -45,10 +45,22 @@ struct PagedAttentionArgs {
   // merges them.
   float* partials = nullptr;
   int num_splits = 0;
+  // > 0: the rows of sequences with at least this many new rows belong to LaunchFlashPrefill
+  // (flash_attention.cu); LaunchPagedAttention leaves them alone.
+  int flash_min_query_len = 0;
 };
+
+// Sequences with at least this many new rows go to the tensor-core prefill kernel when enabled.
+inline constexpr int kFlashMinQueryLen = 16;
 
 // Causal attention of every query row over its sequence's cached keys and values. Rows whose
 // metadata points outside the pool come out NaN (the host cannot check device metadata cheaply).
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// Tensor-core attention (FlashAttention-2 style) for the rows of sequences with at least
+// args.flash_min_query_len new rows; head_dim 64 or 128 (FlashPrefillSupports). q and out rows
+// 16-byte aligned. Same semantics and NaN rules as LaunchPagedAttention.
+bool FlashPrefillSupports(int head_dim);
+cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace xserv::kernels::cuda

@@ -5,7 +5,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/kernel_types.h"
@@ -94,6 +96,23 @@ __device__ __forceinline__ float CtaMax(float v, float* scratch) {
 template <typename T>
 __device__ __forceinline__ T* RowPtr(const RowsView& v, int64_t r) {
   return static_cast<T*>(v.data) + r * v.stride;
+}
+
+// Lets kKernel use `bytes` of dynamic shared memory (over the default 48 KB) on the current
+// device. The attribute is set only when a launch first needs more than before, so a decode graph
+// captures launches whose first, direct run already raised it (no attribute call while capturing).
+template <auto kKernel>
+cudaError_t AllowDynamicSharedMemory(int64_t bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> allowed[kMaxDevices] = {};
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (device < kMaxDevices && bytes <= allowed[device].load()) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes));
+  if (err == cudaSuccess && device < kMaxDevices) allowed[device].store(bytes);
+  return err;
 }
 
 }  // namespace xserv::kernels::cuda

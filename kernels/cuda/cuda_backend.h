@@ -39,6 +39,10 @@ struct CudaBackendOptions {
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
   bool gemv = false;                       // see GemmOptions
+  // Prefill attention on tensor cores (flash_attention.cu) for sequences with >= 16 new rows,
+  // head_dim 64 or 128; not in the batch-invariant mode (its rounding differs from the decode
+  // kernel's).
+  bool flash_prefill = false;
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };

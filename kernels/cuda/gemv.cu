@@ -100,13 +100,10 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
 template <int kRows, int kCols>
 cudaError_t LaunchWith(const GemvArgs& a, int sms, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
-  static bool configured = false;  // per instantiation; the limit is a property of the kernel
-  if (!configured) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        GemvKernel<kRows, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(kGemvMaxSharedBytes));
-    if (err != cudaSuccess) return err;
-    configured = true;
+  if (const cudaError_t err =
+          AllowDynamicSharedMemory<GemvKernel<kRows, kCols>>(kGemvMaxSharedBytes);
+      err != cudaSuccess) {
+    return err;
   }
   // Enough warps to cover every column group once, capped at a few CTAs per SM (each stages x).
   const int64_t needed = (a.n + kWarps * kCols - 1) / (kWarps * kCols);

@@ -86,10 +86,8 @@ __global__ void __launch_bounds__(kThreads) ExpertsKernel(const __grid_constant_
 cudaError_t LaunchExperts(const ExpertsArgs& args, cudaStream_t stream) {
   if (args.x.rows == 0) return cudaSuccess;
   const int64_t smem = ExpertsSharedBytes(args.hidden, args.inter);
-  if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        ExpertsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
+  if (const cudaError_t err = AllowDynamicSharedMemory<ExpertsKernel>(smem); err != cudaSuccess) {
+    return err;
   }
   ExpertsKernel<<<static_cast<unsigned>(args.x.rows), kThreads, static_cast<size_t>(smem),
                   stream>>>(args);

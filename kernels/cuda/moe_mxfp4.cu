@@ -11,9 +11,6 @@
 // one bf16x2 multiply by the group's power-of-two scale, both exact, so the tensor cores see
 // exactly the dequantised weights the CPU backend computes with. fp32 accumulation in a fixed
 // K order; a row's result does not depend on the other rows of its block.
-#include <algorithm>
-#include <atomic>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_mxfp4.h"
 
@@ -240,17 +237,9 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
   if (args.max_blocks == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0) return cudaErrorInvalidValue;
   const int64_t smem = MoeGemmSharedBytes(args.k);
-  // Raised when a larger size first comes, per device: a decode graph then captures launches
-  // whose first, direct run has already raised it (no attribute call while capturing).
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int64_t> allowed[kMaxDevices] = {};
-  int device = 0;
-  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (device >= kMaxDevices || smem > std::max<int64_t>(allowed[device].load(), 48 * 1024)) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        MoeMxfp4GemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-    if (device < kMaxDevices) allowed[device].store(smem);
+  if (const cudaError_t err = AllowDynamicSharedMemory<MoeMxfp4GemmKernel>(smem);
+      err != cudaSuccess) {
+    return err;
   }
   const dim3 grid(static_cast<unsigned>(args.max_blocks),
                   static_cast<unsigned>((args.n + kTileN - 1) / kTileN));

@@ -159,6 +159,15 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                 .scale = params.scale};
   // Spread the splits over CTAs when the rows alone would leave most SMs idle (decode of few
   // sequences over long contexts); the result is the same bits either way (attention.cu).
+  // Long prefill chunks on tensor cores: their rows leave the kernel below.
+  const auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0;
+  };
+  const bool flash = options_.flash_prefill && !options_.batch_invariant &&
+                     FlashPrefillSupports(static_cast<int>(head_dim)) && aligned(q) &&
+                     aligned(out) && (batch.max_query_len == 0 ||
+                                      batch.max_query_len >= kFlashMinQueryLen);
+  if (flash) args.flash_min_query_len = kFlashMinQueryLen;
   constexpr int64_t kFewCtas = 132;
   constexpr int64_t kMaxPartialRecords = int64_t{1} << 16;
   const int64_t splits = (std::max(batch.max_seq_len, 1) + kSplitKeys - 1) / kSplitKeys;
@@ -169,7 +178,9 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     args.partials = static_cast<float*>(attention_partials_.view().data);
     args.num_splits = static_cast<int>(splits);
   }
-  return Launched(kOp, LaunchPagedAttention(args, stream_));
+  RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
+  if (!flash) return absl::OkStatus();
+  return Launched(kOp, LaunchFlashPrefill(args, stream_));
 }
 
 }  // namespace xserv::kernels::cuda

@@ -118,6 +118,19 @@ TEST_P(CudaAttention, MatchesCpu) {
   ASSERT_TRUE(cuda().Attention(q.cuda, kv_cuda, batch_of(true), p_cuda, out.cuda).ok());
   const std::vector<float> second = DownloadCuda(out.cuda);
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+
+  // The same step with sequences of >= 16 new rows on the tensor-core prefill kernel (head_dim
+  // 64 and 128; others keep the CUDA-core kernel), from a second backend on the same device.
+  auto flash = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .check_each_op = true, .flash_prefill = true});
+  ASSERT_TRUE(flash.ok()) << flash.status();
+  const Twin out_flash = Poisoned({q_tokens, h, hd});
+  ASSERT_TRUE(cuda().Synchronize().ok());  // inputs written on the first backend's stream
+  const absl::Status flash_run =
+      (*flash)->Attention(q.cuda, kv_cuda, batch_of(true), p_cuda, out_flash.cuda);
+  ASSERT_TRUE(flash_run.ok()) << flash_run;
+  ASSERT_TRUE((*flash)->Synchronize().ok());
+  EXPECT_LE(Error(Twin{out.cpu, out_flash.cuda}), kBf16OutTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -132,6 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"ManyDecodes", 8, 8, 32, 16, 0, false,
                  {{3, 1}, {17, 1}, {0, 1}, {64, 1}, {15, 1}, {16, 1}, {200, 1}, {1, 1}}},
         AttnCase{"LongPrefillWindowSinks", 8, 2, 64, 16, 128, true, {{0, 300}}},
+        // Qwen3-8B's heads: a long prompt, a chunk after 150 cached tokens, a decode row.
+        AttnCase{"LongPrefillGqaHd128", 32, 8, 128, 16, 0, false, {{0, 200}, {150, 70}, {3, 1}}},
         // Few rows over long contexts: splits spread over CTAs and merged by a second kernel.
         AttnCase{"SplitGridGqa", 32, 8, 128, 16, 0, false, {{900, 1}, {300, 1}, {255, 1}}},
         AttnCase{"SplitGridWindowSinks", 8, 2, 64, 16, 300, true, {{1000, 1}, {511, 2}}}),

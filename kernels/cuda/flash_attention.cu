@@ -1,0 +1,276 @@
+// Prefill attention on tensor cores (FlashAttention-2 style) over the paged KV cache, for the
+// sequences of a step with at least kFlashMinQueryLen new rows; PagedAttentionKernel skips those
+// rows (attention.cu). GQA, sliding windows and per-head sinks as there.
+//
+// Tile: one CTA of 4 warps per (64 query rows of one sequence, query head). The rows' Q tile is
+// staged in shared memory once and kept as mma.sync A fragments (16 rows per warp). Keys are
+// walked in tiles of 64 from the window's first key to the last row's position: the K and V rows
+// are gathered through the block table into shared memory (zeros past the range), then per warp
+//   S = Q K^T          m16n8k16 bf16 MMAs, fp32 scores, scaled and masked (causal + window);
+//   online softmax     row max / sum over the 4 threads holding a row (quad shuffles);
+//   O += P V           P rounded to bf16 as A fragments straight from the S accumulators,
+//                      V fragments by ldmatrix.trans.
+// The sink joins the normaliser at the end. fp32 state; a row's result depends only on its
+// sequence (not on the batch), but differs in rounding from PagedAttentionKernel's, so the
+// batch-invariant mode does not use this kernel.
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/common.cuh"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kFlashWarps = 4;
+constexpr int kFlashThreads = kFlashWarps * kWarpSize;
+constexpr int kTileRows = kFlashWarps * 16;  // query rows per CTA
+constexpr int kTileKeys = 64;
+constexpr int kPad = 8;  // bf16 per shared row: 16-byte aligned rows, conflict-free fragments
+
+__device__ __forceinline__ uint32_t Lds32(const bf16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 matrices, transposed, from the row addresses of lanes 8i..8i+7 (matrix i).
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const bf16* row) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
+}
+__device__ __forceinline__ float QuadSum(float v) {
+  v += __shfl_xor_sync(kFullMask, v, 1);
+  return v + __shfl_xor_sync(kFullMask, v, 2);
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kFlashThreads)
+    FlashPrefillKernel(const __grid_constant__ PagedAttentionArgs a) {
+  constexpr int kLd = kDim + kPad;
+  constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [kTileRows][kLd]
+  bf16* k_s = q_s + kTileRows * kLd;              // [kTileKeys][kLd]
+  bf16* v_s = k_s + kTileKeys * kLd;              // [kTileKeys][kLd]
+  __shared__ int s_bad;
+
+  // This CTA's sequence and tile: the flash sequences' tiles in sequence order.
+  int s = -1, tile = blockIdx.x;
+  for (int i = 0; i < a.num_seqs; ++i) {
+    const int q_len = a.query_start[i + 1] - a.query_start[i];
+    if (q_len < a.flash_min_query_len) continue;
+    const int tiles = (q_len + kTileRows - 1) / kTileRows;
+    if (tile < tiles) {
+      s = i;
+      break;
+    }
+    tile -= tiles;
+  }
+  if (s < 0) return;  // past the last tile: uniform across the CTA
+  const int h = blockIdx.y;
+  const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
+  const int row0 = tile * kTileRows;  // first row of the tile within the sequence's new rows
+  const int rows = min(kTileRows, q_len - row0);
+  const int context = a.seq_lens[s] - q_len;  // position of new row i: context + i
+  const int p_lo = context + row0, p_hi = p_lo + rows - 1;
+  const int key_lo = a.sliding_window > 0 ? max(0, p_lo - a.sliding_window + 1) : 0;
+  const int kv_head = h / (a.heads / a.kv_heads);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4, q4 = lane % 4;
+  if (threadIdx.x == 0) s_bad = p_lo < 0 ? 1 : 0;
+
+  const bf16* q_rows = static_cast<const bf16*>(a.q) + static_cast<int64_t>(q0 + row0) *
+                                                         a.q_token_stride +
+                       static_cast<int64_t>(h) * kDim;
+  for (int i = threadIdx.x; i < kTileRows * kVecs; i += kFlashThreads) {
+    const int r = i / kVecs, c = i % kVecs;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows) v = *reinterpret_cast<const uint4*>(q_rows + r * a.q_token_stride + c * 8);
+    *reinterpret_cast<uint4*>(q_s + r * kLd + c * 8) = v;
+  }
+  __syncthreads();
+  uint32_t qa[kDim / 16][4];
+  {
+    const bf16* lo = q_s + (warp * 16 + g) * kLd + 2 * q4;
+    const bf16* hi = lo + 8 * kLd;
+#pragma unroll
+    for (int kt = 0; kt < kDim / 16; ++kt) {
+      qa[kt][0] = Lds32(lo + kt * 16);
+      qa[kt][1] = Lds32(hi + kt * 16);
+      qa[kt][2] = Lds32(lo + kt * 16 + 8);
+      qa[kt][3] = Lds32(hi + kt * 16 + 8);
+    }
+  }
+  // The thread's two rows (g and g + 8 of its warp's 16): positions and first keys. Rows past
+  // the sequence's new rows see no key (and are not written).
+  int pos[2], first[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = warp * 16 + g + 8 * r;
+    pos[r] = i < rows ? p_lo + i : -1;
+    first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
+  }
+  float o[kDim / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
+  const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
+  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * kDim;
+  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * kDim;
+  for (int k0 = key_lo / kTileKeys * kTileKeys; k0 <= p_hi; k0 += kTileKeys) {
+    __syncthreads();  // the previous tile's K and V are consumed
+    for (int i = threadIdx.x; i < kTileKeys * kVecs; i += kFlashThreads) {
+      const int r = i / kVecs, c = i % kVecs, j = k0 + r;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      if (j >= key_lo && j <= p_hi) {
+        const int entry = j / a.block_size;
+        const int block = entry < a.block_table_width ? table[entry] : -1;
+        if (block < 0 || block >= a.num_blocks) {
+          s_bad = 1;
+        } else {
+          const int64_t slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
+          kv = *reinterpret_cast<const uint4*>(k_cache + slot * slot_elems + c * 8);
+          vv = *reinterpret_cast<const uint4*>(v_cache + slot * slot_elems + c * 8);
+        }
+      }
+      *reinterpret_cast<uint4*>(k_s + r * kLd + c * 8) = kv;
+      *reinterpret_cast<uint4*>(v_s + r * kLd + c * 8) = vv;
+    }
+    __syncthreads();
+
+    // Scores of the warp's 16 rows against the tile's 64 keys: 8 n8 tiles.
+    float sc[kTileKeys / 8][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+      const bf16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
+#pragma unroll
+      for (int kt = 0; kt < kDim / 16; ++kt) {
+        Mma(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
+      }
+    }
+    // Scale and mask; sc[nt][e]: row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, key = k0 + nt * 8 + 2 * q4 + e % 2;
+        const bool valid = key >= first[r] && key <= pos[r];
+        sc[nt][e] = valid ? sc[nt][e] * a.scale : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
+      correction[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+      m[r] = m_new;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        sc[nt][e] = m[r] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
+        sum[r] += sc[nt][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
+#pragma unroll
+    for (int dt = 0; dt < kDim / 8; ++dt) {
+      o[dt][0] *= correction[0];
+      o[dt][1] *= correction[0];
+      o[dt][2] *= correction[1];
+      o[dt][3] *= correction[1];
+    }
+    // O += P V over the tile's 4 k16 key slices.
+#pragma unroll
+    for (int j = 0; j < kTileKeys / 16; ++j) {
+      const uint32_t pa[4] = {PackBf16x2(sc[2 * j][0], sc[2 * j][1]),
+                              PackBf16x2(sc[2 * j][2], sc[2 * j][3]),
+                              PackBf16x2(sc[2 * j + 1][0], sc[2 * j + 1][1]),
+                              PackBf16x2(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+      // Lane l addresses key 16j + l % 8 + 8 * ((l / 8) % 2), dims +8 * (l / 16): the four
+      // matrices are b0, b1 of dims [d, d + 8) and b0, b1 of dims [d + 8, d + 16).
+      const bf16* vrow =
+          v_s + (16 * j + lane % 8 + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16);
+#pragma unroll
+      for (int dt = 0; dt < kDim / 16; ++dt) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, vrow + dt * 16);
+        Mma(o[2 * dt], pa, b[0], b[1]);
+        Mma(o[2 * dt + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+  __syncthreads();  // s_bad final
+
+  const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  bf16* out_rows = static_cast<bf16*>(a.out) + static_cast<int64_t>(q0 + row0) *
+                                                   a.out_token_stride +
+                   static_cast<int64_t>(h) * kDim;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = warp * 16 + g + 8 * r;
+    if (i >= rows) continue;
+    const float mm = fmaxf(m[r], sink);
+    const float scale = l[r] > 0.0f ? expf(m[r] - mm) : 0.0f;
+    float denom = l[r] * scale + (a.sinks != nullptr ? expf(sink - mm) : 0.0f);
+    if (s_bad != 0 || pos[r] < first[r]) denom = __int_as_float(0x7fc00000);
+    const float f = scale / denom;
+    bf16* out = out_rows + static_cast<int64_t>(i) * a.out_token_stride + 2 * q4;
+#pragma unroll
+    for (int dt = 0; dt < kDim / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(out + dt * 8) =
+          PackBf16x2(o[dt][2 * r] * f, o[dt][2 * r + 1] * f);
+    }
+  }
+}
+
+template <int kDim>
+cudaError_t LaunchFlash(const PagedAttentionArgs& a, cudaStream_t stream) {
+  constexpr int64_t kSmem = int64_t{kTileRows + 2 * kTileKeys} * (kDim + kPad) * 2;
+  if (const cudaError_t err = AllowDynamicSharedMemory<FlashPrefillKernel<kDim>>(kSmem);
+      err != cudaSuccess) {
+    return err;
+  }
+  // Every sequence adds at most one partly filled tile to tokens / 64 full ones.
+  const dim3 grid(static_cast<unsigned>((a.tokens + kTileRows - 1) / kTileRows + a.num_seqs),
+                  static_cast<unsigned>(a.heads));
+  FlashPrefillKernel<kDim><<<grid, kFlashThreads, static_cast<size_t>(kSmem), stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool FlashPrefillSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stream) {
+  if (args.tokens == 0 || args.heads == 0 || args.flash_min_query_len < 1) return cudaSuccess;
+  if (args.head_dim == 64) return LaunchFlash<64>(args, stream);
+  if (args.head_dim == 128) return LaunchFlash<128>(args, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace xserv::kernels::cuda
