@@ -22,27 +22,34 @@ absl::Status CheckBf16Rows(const char* op, std::initializer_list<const Tensor*> 
   return ExpectIntRange(op, "rows", AsRows(first).rows);
 }
 
+// Embedding and EmbeddingShard: a contiguous bf16 table [rows, H], contiguous i32 ids [T], bf16
+// out rows [T, H].
+absl::Status CheckEmbeddingArgs(const char* op, const Tensor& table, const Tensor& ids,
+                                const Tensor& out) {
+  RETURN_IF_ERROR(ExpectCuda(op, "table", table));
+  RETURN_IF_ERROR(ExpectDType(op, "table", table, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(op, "table", table, 2));
+  RETURN_IF_ERROR(ExpectContiguous(op, "table", table));
+  RETURN_IF_ERROR(ExpectCuda(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 1));
+  RETURN_IF_ERROR(ExpectContiguous(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectCuda(op, "out", out));
+  RETURN_IF_ERROR(ExpectDType(op, "out", out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(op, "out", out, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "out", out));
+  RETURN_IF_ERROR(ExpectDim(op, "out", out, 0, ids.dim(0)));
+  return ExpectDim(op, "out", out, 1, table.dim(1));
+}
+
 }  // namespace
 
 absl::Status CudaBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
                                     bool accumulate) {
   constexpr const char* kOp = "Embedding";
-  RETURN_IF_ERROR(ExpectCuda(kOp, "table", table));
-  RETURN_IF_ERROR(ExpectDType(kOp, "table", table, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "table", table, 2));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "table", table));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 1));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "out", out, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 0, ids.dim(0)));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, table.dim(1)));
+  RETURN_IF_ERROR(CheckEmbeddingArgs(kOp, table, ids, out));
   // Ids live on the device: out-of-range ones cannot be refused here without a sync, so the
   // kernel writes NaN rows for them instead of reading out of bounds (check mode refuses them).
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
   RETURN_IF_ERROR(CheckIndices(kOp, "token id", ids, table.dim(0)));
   return Launched(kOp, LaunchEmbedding(table.data, table.dim(0), ids.as<int32_t>(), AsRows(out),
                                        accumulate, /*first_id=*/0, /*shard=*/false, stream_));
@@ -51,20 +58,7 @@ absl::Status CudaBackend::Embedding(const Tensor& table, const Tensor& ids, cons
 absl::Status CudaBackend::EmbeddingShard(const Tensor& table, const Tensor& ids,
                                          int64_t first_id, const Tensor& out) {
   constexpr const char* kOp = "EmbeddingShard";
-  RETURN_IF_ERROR(ExpectCuda(kOp, "table", table));
-  RETURN_IF_ERROR(ExpectDType(kOp, "table", table, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "table", table, 2));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "table", table));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 1));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "out", out, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 0, ids.dim(0)));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, table.dim(1)));
+  RETURN_IF_ERROR(CheckEmbeddingArgs(kOp, table, ids, out));
   if (first_id < 0) return OpError(kOp, absl::StrCat("first id ", first_id, " is negative"));
   // Any non-negative id is valid (other ranks' ids read zeros); check mode refuses negative ones.
   RETURN_IF_ERROR(CheckIndices(kOp, "token id", ids, int64_t{1} << 31));

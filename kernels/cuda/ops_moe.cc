@@ -10,6 +10,39 @@
 
 namespace xserv::kernels::cuda {
 
+namespace {
+
+// Tokens per round of the MXFP4 path: bounds its scratch (f32 down outputs of k pairs per token).
+constexpr int64_t kMxfp4ChunkTokens = 1024;
+
+// The activations and routing of an Experts call (both weight formats): bf16 rows x and out of
+// one shape, not aliased; ids i32 and weights f32 [tokens, k].
+absl::Status CheckExpertsActivations(const char* op, const Tensor& x, const Tensor& ids,
+                                     const Tensor& weights, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectCuda(op, "x", x));
+  RETURN_IF_ERROR(ExpectDType(op, "x", x, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(op, "x", x, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "x", x));
+  RETURN_IF_ERROR(ExpectCuda(op, "out", out));
+  RETURN_IF_ERROR(ExpectDType(op, "out", out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectSameShape(op, x, out));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "out", out));
+  if (x.data == out.data) return OpError(op, "out must not alias x");
+  RETURN_IF_ERROR(ExpectCuda(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 2));
+  RETURN_IF_ERROR(ExpectContiguous(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectCuda(op, "weights", weights));
+  RETURN_IF_ERROR(ExpectDType(op, "weights", weights, DType::kF32));
+  RETURN_IF_ERROR(ExpectSameShape(op, ids, weights));
+  RETURN_IF_ERROR(ExpectContiguous(op, "weights", weights));
+  RETURN_IF_ERROR(ExpectDim(op, "ids", ids, 0, x.dim(0)));
+  RETURN_IF_ERROR(ExpectIntRange(op, "tokens", x.dim(0)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CudaBackend::RouterTopK(const Tensor& logits, const Tensor& ids,
                                      const Tensor& weights) {
   constexpr const char* kOp = "RouterTopK";
@@ -43,25 +76,7 @@ absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tens
   if (experts.format == ExpertWeights::Format::kMxfp4) {
     return ExpertsMxfp4(x, ids, weights, experts, glu, out);
   }
-  RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
-  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "x", x, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, x, out));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
-  if (x.data == out.data) return OpError(kOp, "out must not alias x");
-  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 2));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "weights", weights));
-  RETURN_IF_ERROR(ExpectDType(kOp, "weights", weights, DType::kF32));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, ids, weights));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "weights", weights));
-  RETURN_IF_ERROR(ExpectDim(kOp, "ids", ids, 0, x.dim(0)));
-  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", x.dim(0)));
+  RETURN_IF_ERROR(CheckExpertsActivations(kOp, x, ids, weights, out));
   const Tensor& gu = experts.gate_up;
   const Tensor& dn = experts.down;
   for (const Tensor* t : {&gu, &dn, &experts.gate_up_bias, &experts.down_bias}) {
@@ -107,35 +122,11 @@ absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tens
   return Launched(kOp, LaunchExperts(args, stream_));
 }
 
-namespace {
-
-// Tokens per round of the MXFP4 path: bounds its scratch (f32 down outputs of k pairs per token).
-constexpr int64_t kMxfp4ChunkTokens = 1024;
-
-}  // namespace
-
 absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                        const ExpertWeights& experts, const GluParams& glu,
                                        const Tensor& out) {
   constexpr const char* kOp = "Experts";
-  RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
-  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "x", x, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDType(kOp, "out", out, DType::kBF16));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, x, out));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 2));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "weights", weights));
-  RETURN_IF_ERROR(ExpectDType(kOp, "weights", weights, DType::kF32));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, ids, weights));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "weights", weights));
-  RETURN_IF_ERROR(ExpectDim(kOp, "ids", ids, 0, x.dim(0)));
-  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", x.dim(0)));
+  RETURN_IF_ERROR(CheckExpertsActivations(kOp, x, ids, weights, out));
   const Tensor& gub = experts.gate_up_blocks;
   const Tensor& gus = experts.gate_up_scales;
   const Tensor& dnb = experts.down_blocks;
