@@ -69,7 +69,9 @@ __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
   r.pos = a.seq_lens[r.s] - q_len + (t - a.query_start[r.s]);
   r.first = a.sliding_window > 0 ? max(0, r.pos - a.sliding_window + 1) : 0;
   r.bad = r.pos < r.first || r.pos < 0;
-  r.flash = a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len;
+  // Only rows inside their sequence's range (bad query_start may leave some outside).
+  r.flash = a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len &&
+            t < a.query_start[r.s + 1];
   return r;
 }
 

@@ -10,9 +10,12 @@
 //   online softmax     row max / sum over the 4 threads holding a row (quad shuffles);
 //   O += P V           P rounded to bf16 as A fragments straight from the S accumulators,
 //                      V fragments by ldmatrix.trans.
-// The sink joins the normaliser at the end. fp32 state; a row's result depends only on its
+// The sink joins the normaliser at the end; a row with a bad block-table entry among its own keys
+// comes out NaN (as in attention.cu). fp32 state; a row's result depends only on its
 // sequence (not on the batch), but differs in rounding from PagedAttentionKernel's, so the
 // batch-invariant mode does not use this kernel.
+#include <algorithm>
+
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [kTileRows][kLd]
   bf16* k_s = q_s + kTileRows * kLd;              // [kTileKeys][kLd]
   bf16* v_s = k_s + kTileKeys * kLd;              // [kTileKeys][kLd]
-  __shared__ int s_bad;
+  __shared__ bool key_bad[kTileKeys];  // the tile's key j - k0 has a bad block-table entry
 
   // This CTA's sequence and tile: the flash sequences' tiles in sequence order.
   int s = -1, tile = blockIdx.x;
@@ -88,14 +91,15 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int h = blockIdx.y;
   const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
   const int row0 = tile * kTileRows;  // first row of the tile within the sequence's new rows
-  const int rows = min(kTileRows, q_len - row0);
+  // Rows past the step's tokens (bad query_start) are neither read nor written.
+  if (q0 < 0 || q0 + row0 >= a.tokens) return;
+  const int rows = min(min(kTileRows, q_len - row0), a.tokens - (q0 + row0));
   const int context = a.seq_lens[s] - q_len;  // position of new row i: context + i
   const int p_lo = context + row0, p_hi = p_lo + rows - 1;
   const int key_lo = a.sliding_window > 0 ? max(0, p_lo - a.sliding_window + 1) : 0;
   const int kv_head = h / (a.heads / a.kv_heads);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q4 = lane % 4;
-  if (threadIdx.x == 0) s_bad = p_lo < 0 ? 1 : 0;
 
   const bf16* q_rows = static_cast<const bf16*>(a.q) + static_cast<int64_t>(q0 + row0) *
                                                          a.q_token_stride +
@@ -130,6 +134,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   float o[kDim / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  bool bad[2] = {false, false};  // a key the row sees has a bad block-table entry
 
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
@@ -140,11 +145,12 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int i = threadIdx.x; i < kTileKeys * kVecs; i += kFlashThreads) {
       const int r = i / kVecs, c = i % kVecs, j = k0 + r;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      bool key_is_bad = false;
       if (j >= key_lo && j <= p_hi) {
         const int entry = j / a.block_size;
         const int block = entry < a.block_table_width ? table[entry] : -1;
         if (block < 0 || block >= a.num_blocks) {
-          s_bad = 1;
+          key_is_bad = true;
         } else {
           const int64_t slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
           kv = *reinterpret_cast<const uint4*>(k_cache + slot * slot_elems + c * 8);
@@ -153,6 +159,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       }
       *reinterpret_cast<uint4*>(k_s + r * kLd + c * 8) = kv;
       *reinterpret_cast<uint4*>(v_s + r * kLd + c * 8) = vv;
+      if (c == 0) key_bad[r] = key_is_bad;
     }
     __syncthreads();
 
@@ -174,6 +181,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, key = k0 + nt * 8 + 2 * q4 + e % 2;
         const bool valid = key >= first[r] && key <= pos[r];
+        bad[r] = bad[r] || (valid && key_bad[key - k0]);
         sc[nt][e] = valid ? sc[nt][e] * a.scale : -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
       }
@@ -224,7 +232,14 @@ __global__ void __launch_bounds__(kFlashThreads)
       }
     }
   }
-  __syncthreads();  // s_bad final
+  // A row is bad when any of its keys is: the 4 threads of the row saw different keys.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int any = bad[r] ? 1 : 0;
+    any |= __shfl_xor_sync(kFullMask, any, 1);
+    any |= __shfl_xor_sync(kFullMask, any, 2);
+    bad[r] = any != 0;
+  }
 
   const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
   bf16* out_rows = static_cast<bf16*>(a.out) + static_cast<int64_t>(q0 + row0) *
@@ -237,7 +252,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     const float mm = fmaxf(m[r], sink);
     const float scale = l[r] > 0.0f ? expf(m[r] - mm) : 0.0f;
     float denom = l[r] * scale + (a.sinks != nullptr ? expf(sink - mm) : 0.0f);
-    if (s_bad != 0 || pos[r] < first[r]) denom = __int_as_float(0x7fc00000);
+    if (bad[r] || pos[r] < first[r]) denom = __int_as_float(0x7fc00000);
     const float f = scale / denom;
     bf16* out = out_rows + static_cast<int64_t>(i) * a.out_token_stride + 2 * q4;
 #pragma unroll
@@ -255,8 +270,10 @@ cudaError_t LaunchFlash(const PagedAttentionArgs& a, cudaStream_t stream) {
       err != cudaSuccess) {
     return err;
   }
-  // Every sequence adds at most one partly filled tile to tokens / 64 full ones.
-  const dim3 grid(static_cast<unsigned>((a.tokens + kTileRows - 1) / kTileRows + a.num_seqs),
+  // Each flash sequence (>= flash_min_query_len rows) adds at most one partly filled tile to the
+  // tokens / 64 full ones.
+  const int flash_seqs = std::min(a.num_seqs, a.tokens / a.flash_min_query_len);
+  const dim3 grid(static_cast<unsigned>((a.tokens + kTileRows - 1) / kTileRows + flash_seqs),
                   static_cast<unsigned>(a.heads));
   FlashPrefillKernel<kDim><<<grid, kFlashThreads, static_cast<size_t>(kSmem), stream>>>(a);
   return cudaGetLastError();

@@ -190,8 +190,9 @@ __global__ void __launch_bounds__(kGemmThreads)
       if (p < 0) continue;
       const float even = acc[t][2 * h] + b_even, odd = acc[t][2 * h + 1] + b_odd;
       if (a.glu) {
-        const float gate = fminf(even, a.limit);
-        const float up = fminf(fmaxf(odd, -a.limit), a.limit);
+        // Clamps that keep NaN (as std::clamp and torch.clamp do; fminf would drop it).
+        const float gate = even > a.limit ? a.limit : even;
+        const float up = odd < -a.limit ? -a.limit : (odd > a.limit ? a.limit : odd);
         const float act = (up + 1.0f) * (gate / (1.0f + expf(-a.alpha * gate)));
         static_cast<bf16*>(a.out)[static_cast<int64_t>(p) * (a.n / 2) + c / 2] =
             FromFloat<bf16>(act);

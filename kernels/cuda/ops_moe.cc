@@ -151,6 +151,11 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   if (x.stride(0) % 8 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
     return OpError(kOp, "x rows must be 16-byte aligned");
   }
+  for (const Tensor* t : {&gub, &dnb}) {  // streamed with 16-byte loads
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
+      return OpError(kOp, "MXFP4 blocks must be 16-byte aligned");
+    }
+  }
   const std::vector<int64_t> gu_blocks = {num_experts, two_i, hidden / 32, 16};
   const std::vector<int64_t> dn_blocks = {num_experts, hidden, inter / 32, 16};
   for (int d = 0; d < 4; ++d) {
