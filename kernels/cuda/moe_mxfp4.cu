@@ -3,11 +3,12 @@
 //
 // GEMM tile: one CTA per (block of 16 pair rows of one expert, 64 output rows). The block's 16 A
 // rows (bf16, whole K) are staged in shared memory once; each of the 4 warps owns two n8 tiles
-// and streams their weight rows straight from global memory: per 32-input MXFP4 group a thread
-// loads the row's 16 bytes (the 4 threads of a row load the same bytes, one transaction) and
-// picks the 4 it needs for its mma.sync m16n8k16 B fragments (row n = lane / 4, inputs 2q, 2q+1,
-// 2q+8, 2q+9 with q = lane % 4: bytes q, q+4 of the group's first 16 inputs and q+8, q+12 of the
-// second, i.e. byte q of each 32-bit word). A byte becomes two bf16 through a 256-entry table and
+// and streams their weight rows straight from global memory. For a 32-input MXFP4 group (16
+// bytes) the mma.sync m16n8k16 B fragments of thread q = lane % 4 (row n = lane / 4) need inputs
+// 2q, 2q+1, 2q+8, 2q+9 of each half: bytes q, q+4, q+8, q+12, i.e. byte q of each 32-bit word.
+// The 4 threads of a row load 4 consecutive groups (64 contiguous bytes, several quads of groups
+// ahead of their use) and a quad byte transpose (two shuffles per word) gives each thread its
+// bytes of all 4 groups. A byte becomes two bf16 through a 256-entry table and
 // one bf16x2 multiply by the group's power-of-two scale, both exact, so the tensor cores see
 // exactly the dequantised weights the CPU backend computes with. fp32 accumulation in a fixed
 // K order; a row's result does not depend on the other rows of its block.
@@ -24,7 +25,7 @@ constexpr int kGemmThreads = kGemmWarps * kWarpSize;
 constexpr int kTileN = kGemmWarps * 16;  // two n8 tiles per warp
 constexpr int kAPad = 8;                 // bf16 per A row: conflict-free fragment loads
 constexpr int kLutWords = 256;
-constexpr int kGroupsInFlight = 4;       // weight groups loaded ahead of their MMAs
+constexpr int kQuadsInFlight = 4;        // quads of weight groups loaded ahead of their MMAs
 constexpr int kAlignThreads = 1024;
 
 // bf16 bits of the E2M1 code (bit 3 sign; 0, 0.5, 1, 1.5, 2, 3, 4, 6).
@@ -45,6 +46,17 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   const __nv_bfloat162 y = *reinterpret_cast<const __nv_bfloat162*>(&b);
   x = __hmul2(x, y);
   return *reinterpret_cast<const uint32_t*>(&x);
+}
+
+// The 4 lanes of a quad (lane & ~3) hold words M[0..3]; lane q gets T with byte d = byte q of
+// M[d] (a 4x4 byte transpose): one exchange of bytes with lane q ^ 1, one of halves with q ^ 2.
+__device__ __forceinline__ uint32_t QuadTransposeBytes(uint32_t w, int q) {
+  const uint32_t p = __shfl_xor_sync(kFullMask, w, 1);
+  // even q: (M[q].b0, M[q+1].b0, M[q].b2, M[q+1].b2); odd q: (M[q-1].b1, M[q].b1, M[q-1].b3, M[q].b3)
+  const uint32_t t = (q & 1) == 0 ? __byte_perm(w, p, 0x6240) : __byte_perm(p, w, 0x7351);
+  const uint32_t u = __shfl_xor_sync(kFullMask, t, 2);
+  // q < 2: low halves of lanes q and q + 2; q >= 2: high halves of lanes q - 2 and q.
+  return q < 2 ? __byte_perm(t, u, 0x5410) : __byte_perm(u, t, 0x7632);
 }
 
 __device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -142,36 +154,56 @@ __global__ void __launch_bounds__(kGemmThreads)
   const bf16* a_lo = a_s + g * lda + 2 * q;        // A row g
   const bf16* a_hi = a_s + (g + 8) * lda + 2 * q;  // A row g + 8
   float acc[2][4] = {};
-  for (int base = 0; base < groups; base += kGroupsInFlight) {
-    uint4 w[kGroupsInFlight][2];
-    uint32_t s[kGroupsInFlight][2];
+  // Weight groups go in quads of 4: thread q of a row loads group 4c + q (the row's 4 threads
+  // read 64 contiguous bytes, each distinct), then a quad byte transpose hands every thread
+  // byte q of each word of all 4 groups (what its fragments need, see the file comment).
+  const int quads = (groups + 3) / 4;
+  for (int base = 0; base < quads; base += kQuadsInFlight) {
+    uint4 w[kQuadsInFlight][2];
+    uint32_t sb[kQuadsInFlight][2];  // this thread's group's scale byte
 #pragma unroll
-    for (int d = 0; d < kGroupsInFlight; ++d) {
-      if (base + d < groups) {
+    for (int c = 0; c < kQuadsInFlight; ++c) {
+      const int grp = (base + c) * 4 + q;
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          w[d][t] = __ldg(wrow[t] + base + d);
-          s[d][t] = ScaleBf16x2(__ldg(srow[t] + base + d));
-        }
+      for (int t = 0; t < 2; ++t) {
+        const bool in = grp < groups;
+        w[c][t] = in ? __ldg(wrow[t] + grp) : make_uint4(0, 0, 0, 0);
+        sb[c][t] = in ? __ldg(srow[t] + grp) : 0u;
       }
     }
 #pragma unroll
-    for (int d = 0; d < kGroupsInFlight; ++d) {
-      if (base + d >= groups) break;
+    for (int c = 0; c < kQuadsInFlight; ++c) {
+      if ((base + c) * 4 >= groups) break;  // uniform: depends on the loop only
+      uint4 tw[2];  // tw[t].x: byte d = byte q of word x of group 4c + d (likewise y, z, w)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {  // inputs 0-15, then 16-31 of the group
-        const int kk = (base + d) * 32 + half * 16;
-        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo + kk);
-        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi + kk);
-        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + kk + 8);
-        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + kk + 8);
+      for (int t = 0; t < 2; ++t) {
+        tw[t] = make_uint4(QuadTransposeBytes(w[c][t].x, q), QuadTransposeBytes(w[c][t].y, q),
+                           QuadTransposeBytes(w[c][t].z, q), QuadTransposeBytes(w[c][t].w, q));
+      }
+#pragma unroll
+      for (int d = 0; d < 4; ++d) {
+        const int grp = (base + c) * 4 + d;
+        uint32_t scale[2];
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          const uint32_t lo = half == 0 ? w[d][t].x : w[d][t].z;
-          const uint32_t hi = half == 0 ? w[d][t].y : w[d][t].w;
-          const uint32_t b0 = MulBf16x2(lut[(lo >> (8 * q)) & 0xFF], s[d][t]);
-          const uint32_t b1 = MulBf16x2(lut[(hi >> (8 * q)) & 0xFF], s[d][t]);
-          MmaBf16(acc[t], a0, a1, a2, a3, b0, b1);
+          scale[t] = ScaleBf16x2(__shfl_sync(kFullMask, sb[c][t], (lane & ~3) | d));
+        }
+        if (grp >= groups) break;  // uniform; after the shuffles every lane joined
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // inputs 0-15, then 16-31 of the group
+          const int kk = grp * 32 + half * 16;
+          const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo + kk);
+          const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi + kk);
+          const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + kk + 8);
+          const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + kk + 8);
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            const uint32_t lo = half == 0 ? tw[t].x : tw[t].z;
+            const uint32_t hi = half == 0 ? tw[t].y : tw[t].w;
+            const uint32_t b0 = MulBf16x2(lut[(lo >> (8 * d)) & 0xFF], scale[t]);
+            const uint32_t b1 = MulBf16x2(lut[(hi >> (8 * d)) & 0xFF], scale[t]);
+            MmaBf16(acc[t], a0, a1, a2, a3, b0, b1);
+          }
         }
       }
     }
