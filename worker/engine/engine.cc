@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -303,9 +304,14 @@ absl::StatusOr<bool> Engine::RunStep() {
   bool progressed = false;
   bool planned_work = false;
   if (scheduler_->CanStep()) {
-    StepPlan plan = scheduler_->Step();
-    for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
+    StepPlan plan;
+    {
+      ScopedPhase timed(phases_, StepPhase::kSchedule);
+      plan = scheduler_->Step();
+      for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
+    }
     progressed = !plan.finished.empty();
+    ScopedPhase timed(phases_, StepPhase::kPrepare);
     PendingStep pending = PrepareStep(std::move(plan));
     if (pending.plan.HasWork() || pending.plan.HasBlockOps()) {
       RETURN_IF_ERROR(Publish(pending.step));
@@ -357,8 +363,16 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   const StepPlan& plan = pending.plan;
   const DeviceStep& step = pending.step;
   const std::vector<int64_t>& first_row = pending.first_row;
-  ASSIGN_OR_RETURN(const kernels::Tensor logits, runner_.Run(step));
+  kernels::Tensor logits;
+  {
+    ScopedPhase timed(phases_, StepPhase::kForward);
+    ASSIGN_OR_RETURN(logits, runner_.Run(step));
+  }
   if (!plan.HasWork()) return absl::OkStatus();
+  int64_t tokens = 0;
+  for (const DeviceChunk& c : step.chunks) tokens += static_cast<int64_t>(c.tokens.size());
+  phases_.CountStep(static_cast<int64_t>(step.chunks.size()), tokens);
+  std::optional<ScopedPhase> timed(std::in_place, phases_, StepPhase::kSample);
   // Requests aborted while this step was in flight (the scheduler has ended them; their Live
   // goes once the next plan reports it) get no row sampled and no token streamed; the scheduler
   // drops their results.
@@ -402,6 +416,7 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   }
   std::vector<kernels::SampleRowResult> sampled(specs.size());
   if (pending.rows > 0) RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
+  timed.emplace(phases_, StepPhase::kOutput);
 
   StepResult result{.step_id = plan.step_id};
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -511,8 +526,11 @@ void Engine::Loop() {
       return;
     }
     progressed = *step;
-    UpdateLoad(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                   .count());
+    const auto now = std::chrono::steady_clock::now();
+    UpdateLoad(std::chrono::duration<double, std::milli>(now - start).count());
+    if (std::optional<std::string> line = phases_.Report(now, std::chrono::seconds(10))) {
+      spdlog::info("{}", *line);
+    }
   }
   // Shutdown: steps the peers already run are run here too (their results are dropped), so
   // every hand-off between stages completes; then peers leave their loops and everything still

@@ -29,6 +29,7 @@
 #include "worker/engine/plan_channel.h"
 #include "worker/engine/scheduler.h"
 #include "worker/model/batch_builder.h"
+#include "worker/engine/step_phases.h"
 #include "worker/model/decode_graphs.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
@@ -171,6 +172,7 @@ class Engine {
   bool draining_ = false;
   absl::Status failure_;
   EngineLoad load_;
+  StepPhaseTimes phases_{std::chrono::steady_clock::now()};  // loop thread
   std::thread thread_;
 };
 
