@@ -63,6 +63,14 @@ struct ExpertWeights {
   Tensor gate_up_blocks, gate_up_scales, down_blocks, down_scales;
 };
 
+// FP8 E4M3 weights with block scales, as kernels/fp8.h lays them out (HF "fp8" checkpoints):
+// w[n, k] = E4M3(codes[n, k]) * scales[n / block, k / block].
+struct Fp8Weight {
+  Tensor codes;   // u8 [N, K]
+  Tensor scales;  // f32 [ceil(N / block), ceil(K / block)]
+  int64_t block = 128;
+};
+
 // gpt-oss clamped GLU: g = min(gate, limit); u = clamp(up, -limit, limit);
 // out = (u + 1) * g * sigmoid(alpha * g).
 struct GluParams {
@@ -119,6 +127,10 @@ class Backend {
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). x rows may be strided; out contiguous.
   virtual absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                               const Tensor& out) = 0;
+  // Matmul with FP8 block-scaled weights (W8A16): out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]),
+  // w dequantised as Fp8Weight says. Same x / out / bias rules as Matmul.
+  virtual absl::Status MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
+                                 const Tensor& out) = 0;
   // out[L, H] = x[idx[l], :]; idx i32 [L].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) = 0;
 

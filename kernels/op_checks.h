@@ -113,4 +113,21 @@ inline absl::Status ExpectSampleOperands(const Tensor& logits, std::span<const S
   return absl::OkStatus();
 }
 
+// The weight of Backend::MatmulFp8: contiguous u8 codes [N, K] (K = x's columns) and contiguous
+// f32 scales [ceil(N / block), ceil(K / block)], block >= 1.
+inline absl::Status ExpectFp8Weight(const char* op, const Tensor& codes, const Tensor& scales,
+                                    int64_t block, int64_t k) {
+  if (block < 1) return OpError(op, absl::StrCat("FP8 block size ", block, " must be positive"));
+  if (absl::Status s = ExpectDType(op, "FP8 codes", codes, DType::kU8); !s.ok()) return s;
+  if (absl::Status s = ExpectRank(op, "FP8 codes", codes, 2); !s.ok()) return s;
+  if (absl::Status s = ExpectContiguous(op, "FP8 codes", codes); !s.ok()) return s;
+  if (absl::Status s = ExpectDim(op, "FP8 codes", codes, 1, k); !s.ok()) return s;
+  if (absl::Status s = ExpectDType(op, "FP8 scales", scales, DType::kF32); !s.ok()) return s;
+  if (absl::Status s = ExpectRank(op, "FP8 scales", scales, 2); !s.ok()) return s;
+  if (absl::Status s = ExpectContiguous(op, "FP8 scales", scales); !s.ok()) return s;
+  const int64_t rows = (codes.dim(0) + block - 1) / block, cols = (k + block - 1) / block;
+  if (absl::Status s = ExpectDim(op, "FP8 scales", scales, 0, rows); !s.ok()) return s;
+  return ExpectDim(op, "FP8 scales", scales, 1, cols);
+}
+
 }  // namespace xserv::kernels

@@ -47,6 +47,8 @@ class CpuBackend final : public Backend {
 
   absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                       const Tensor& out) override;
+  absl::Status MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
+                         const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;

@@ -3,6 +3,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rows.h"
+#include "kernels/fp8.h"
 #include "kernels/op_checks.h"
 
 namespace xserv::kernels::cpu {
@@ -39,6 +40,21 @@ absl::Status CpuBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* 
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CpuBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
+                                   const Tensor& out) {
+  constexpr const char* kOp = "MatmulFp8";
+  RETURN_IF_ERROR(ExpectRank(kOp, "x", x, 2));
+  RETURN_IF_ERROR(ExpectFp8Weight(kOp, w.codes, w.scales, w.block, x.dim(1)));
+  // The reference: the weights decoded exactly (kernels/fp8.h), then the f32 Matmul.
+  const int64_t n = w.codes.dim(0), k = w.codes.dim(1);
+  Fp8Blocks blocks;
+  blocks.codes.assign(w.codes.as<uint8_t>(), w.codes.as<uint8_t>() + n * k);
+  blocks.scale_inv.assign(w.scales.as<float>(), w.scales.as<float>() + w.scales.numel());
+  ASSIGN_OR_RETURN(Buffer dense, Allocate(DType::kF32, {n, k}));
+  DequantizeFp8Blocks(blocks, n, k, w.block, {dense.view().as<float>(), static_cast<size_t>(n * k)});
+  return Matmul(x, dense.view(), bias, out);
 }
 
 }  // namespace xserv::kernels::cpu

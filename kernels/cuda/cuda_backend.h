@@ -86,6 +86,8 @@ class CudaBackend final : public Backend {
 
   absl::Status Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                       const Tensor& out) override;
+  absl::Status MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
+                         const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
@@ -145,6 +147,8 @@ class CudaBackend final : public Backend {
   Buffer attention_partials_;
   // The MXFP4 experts' scratch (moe_mxfp4.h): routing, activations, down outputs.
   Buffer moe_routing_, moe_act_, moe_out_;
+  // MatmulFp8's bf16 copy of a weight for the GEMM path, grown on demand.
+  Buffer fp8_weight_;
   std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index
   std::vector<Buffer> retired_;          // scratch outgrown by Reserve, still in graphs
   // CopyFromHost of kStagedCopyBytes or more: two pinned chunks, each with the event of its last

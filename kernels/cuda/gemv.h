@@ -26,10 +26,15 @@ struct GemvArgs {
   const void* bias = nullptr;  // bias_type [n] or null
   ElemType bias_type = ElemType::kBF16;
   int m = 0, n = 0, k = 0;
+  // Non-null: w holds FP8 E4M3 codes ([n, k] bytes, row stride ldw bytes) with block scales:
+  // w[i][j] = E4M3(code) * scales[(i / block) * scale_cols + j / block] (kernels/fp8.h).
+  const float* scales = nullptr;
+  int64_t scale_cols = 0;
+  int block = 0;
 };
 
-// m in [1, kGemvMaxRows], k a multiple of 8, 16-byte aligned rows of x and w, x small enough for
-// shared memory, bf16 or f32 output and bias.
+// m in [1, kGemvMaxRows], k a multiple of 8 (16 and a block a multiple of 16 for FP8 weights),
+// 16-byte aligned rows of x and w, x small enough for shared memory, bf16 or f32 output and bias.
 bool GemvSupports(const GemvArgs& args);
 
 cudaError_t LaunchGemv(const GemvArgs& args, cudaStream_t stream);

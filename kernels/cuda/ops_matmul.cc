@@ -1,9 +1,13 @@
 // CudaBackend::Matmul: validation, then one cuBLASLt GEMM through the plan cache (gemm.h).
+// MatmulFp8: FP8 block-scaled weights through the skinny GEMV (decode) or decoded to bf16 scratch
+// and the same GEMM.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_dequant.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/op_util.h"
 
 namespace xserv::kernels::cuda {
@@ -18,52 +22,99 @@ absl::StatusOr<int64_t> LeadingDim(const char* op, const char* name, const Tenso
   return t.stride(0);
 }
 
+// x bf16 [M, K] rows, out bf16 or f32 [M, n], bias bf16 or f32 [n] or null (Matmul, MatmulFp8);
+// fills the call's x / out / bias fields.
+absl::Status CheckMatmulIo(const char* op, const Tensor& x, int64_t n, const Tensor* bias,
+                           const Tensor& out, GemmCall& call) {
+  RETURN_IF_ERROR(ExpectCuda(op, "x", x));
+  RETURN_IF_ERROR(ExpectDType(op, "x", x, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(op, "x", x, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "x", x));
+  RETURN_IF_ERROR(ExpectCuda(op, "out", out));
+  if (out.dtype != DType::kBF16 && out.dtype != DType::kF32) {
+    return OpError(op, absl::StrCat("out must be bf16 or f32, got ", out.Describe()));
+  }
+  RETURN_IF_ERROR(ExpectRank(op, "out", out, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "out", out));
+  RETURN_IF_ERROR(ExpectDim(op, "out", out, 0, x.dim(0)));
+  RETURN_IF_ERROR(ExpectDim(op, "out", out, 1, n));
+  if (x.dim(1) < 1) return OpError(op, "inner dimension must be positive");
+  ASSIGN_OR_RETURN(call.ldx, LeadingDim(op, "x", x));
+  ASSIGN_OR_RETURN(call.ldo, LeadingDim(op, "out", out));
+  call.x = x.data;
+  call.out = out.data;
+  call.out_type = *ElemTypeOf(out.dtype);
+  call.m = x.dim(0);
+  call.n = n;
+  call.k = x.dim(1);
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(ExpectCuda(op, "bias", *bias));
+    RETURN_IF_ERROR(ExpectRank(op, "bias", *bias, 1));
+    RETURN_IF_ERROR(ExpectDim(op, "bias", *bias, 0, n));
+    if (bias->dtype != DType::kBF16 && bias->dtype != DType::kF32) {
+      return OpError(op, absl::StrCat("bias must be bf16 or f32, got ", bias->Describe()));
+    }
+    call.bias = bias->data;
+    call.bias_type = *ElemTypeOf(bias->dtype);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                                  const Tensor& out) {
   constexpr const char* kOp = "Matmul";
-  RETURN_IF_ERROR(ExpectCuda(kOp, "x", x));
-  RETURN_IF_ERROR(ExpectDType(kOp, "x", x, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "x", x, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "x", x));
   RETURN_IF_ERROR(ExpectCuda(kOp, "w", w));
   RETURN_IF_ERROR(ExpectDType(kOp, "w", w, DType::kBF16));
   RETURN_IF_ERROR(ExpectRank(kOp, "w", w, 2));
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "w", w));
+  GemmCall call;
+  RETURN_IF_ERROR(CheckMatmulIo(kOp, x, w.dim(0), bias, out, call));
   RETURN_IF_ERROR(ExpectDim(kOp, "w", w, 1, x.dim(1)));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "out", out));
-  if (out.dtype != DType::kBF16 && out.dtype != DType::kF32) {
-    return OpError(kOp, absl::StrCat("out must be bf16 or f32, got ", out.Describe()));
+  call.w = w.data;
+  ASSIGN_OR_RETURN(call.ldw, LeadingDim(kOp, "w", w));
+  RETURN_IF_ERROR(gemm_->Run(call, stream_));
+  return Launched(kOp, cudaGetLastError());
+}
+
+absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
+                                    const Tensor& out) {
+  constexpr const char* kOp = "MatmulFp8";
+  RETURN_IF_ERROR(ExpectCuda(kOp, "FP8 codes", w.codes));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "FP8 scales", w.scales));
+  RETURN_IF_ERROR(ExpectRank(kOp, "FP8 codes", w.codes, 2));
+  GemmCall call;
+  RETURN_IF_ERROR(CheckMatmulIo(kOp, x, w.codes.dim(0), bias, out, call));
+  RETURN_IF_ERROR(ExpectFp8Weight(kOp, w.codes, w.scales, w.block, x.dim(1)));
+  const int64_t n = call.n, k = call.k;
+  // Decode rows: stream the FP8 weights once (half the bytes of bf16). Not in the batch-invariant
+  // mode, whose rows must not depend on the batch size that picks a kernel.
+  if (!options_.batch_invariant && call.m <= kGemvMaxRows && n <= INT32_MAX && k <= INT32_MAX) {
+    const GemvArgs gemv{.x = call.x,
+                        .ldx = call.ldx,
+                        .w = w.codes.data,
+                        .ldw = k,
+                        .out = call.out,
+                        .ldo = call.ldo,
+                        .out_type = call.out_type,
+                        .bias = call.bias,
+                        .bias_type = call.bias_type,
+                        .m = static_cast<int>(call.m),
+                        .n = static_cast<int>(n),
+                        .k = static_cast<int>(k),
+                        .scales = w.scales.as<float>(),
+                        .scale_cols = w.scales.dim(1),
+                        .block = static_cast<int>(w.block)};
+    if (GemvSupports(gemv)) return Launched(kOp, LaunchGemv(gemv, stream_));
   }
-  RETURN_IF_ERROR(ExpectRank(kOp, "out", out, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "out", out));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 0, x.dim(0)));
-  RETURN_IF_ERROR(ExpectDim(kOp, "out", out, 1, w.dim(0)));
-  if (x.dim(1) < 1) return OpError(kOp, "inner dimension must be positive");
-  ASSIGN_OR_RETURN(const int64_t ldx, LeadingDim(kOp, "x", x));
-  ASSIGN_OR_RETURN(const int64_t ldw, LeadingDim(kOp, "w", w));
-  ASSIGN_OR_RETURN(const int64_t ldo, LeadingDim(kOp, "out", out));
-  GemmCall call{.x = x.data,
-                .ldx = ldx,
-                .w = w.data,
-                .ldw = ldw,
-                .out = out.data,
-                .ldo = ldo,
-                .out_type = *ElemTypeOf(out.dtype),
-                .m = x.dim(0),
-                .n = w.dim(0),
-                .k = x.dim(1)};
-  if (bias != nullptr) {
-    RETURN_IF_ERROR(ExpectCuda(kOp, "bias", *bias));
-    RETURN_IF_ERROR(ExpectRank(kOp, "bias", *bias, 1));
-    RETURN_IF_ERROR(ExpectDim(kOp, "bias", *bias, 0, w.dim(0)));
-    if (bias->dtype != DType::kBF16 && bias->dtype != DType::kF32) {
-      return OpError(kOp, absl::StrCat("bias must be bf16 or f32, got ", bias->Describe()));
-    }
-    call.bias = bias->data;
-    call.bias_type = *ElemTypeOf(bias->dtype);
-  }
+  // Otherwise the weight decoded into bf16 scratch, then the bf16 GEMM.
+  RETURN_IF_ERROR(Reserve(fp8_weight_, static_cast<size_t>(n * k) * 2));
+  RETURN_IF_ERROR(Launched(kOp, LaunchDequantizeFp8(w.codes.as<uint8_t>(), w.scales.as<float>(),
+                                                    n, k, w.scales.dim(1), w.block,
+                                                    fp8_weight_.view().data, stream_)));
+  call.w = fp8_weight_.view().data;
+  call.ldw = k;
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return Launched(kOp, cudaGetLastError());
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/fp8.h"
 #include "tests/unit/kernels/backend_test_util.h"
 
 namespace xserv::kernels::testing {
@@ -79,6 +80,70 @@ TEST_P(MatmulOpTest, RejectsMismatchedShapes) {
   EXPECT_FALSE(backend().Matmul(tx, tw_ok, nullptr, Poisoned({2, 4})).ok());  // N differs
   EXPECT_FALSE(backend().Matmul(tx, tw_ok, nullptr, Poisoned({3, 3})).ok());  // M differs
   EXPECT_FALSE(backend().Matmul(tx, tw_ok, &tb, Poisoned({2, 3})).ok());      // bias size
+}
+
+// W8A16: FP8 block-scaled weights (kernels/fp8.h layout) against a double reference over the
+// exactly decoded weights. Decode rows (the CUDA skinny-GEMV path), prefill rows (decoded to bf16
+// scratch, then the GEMM), blocks cut by N and K, K not a multiple of 16 (no GEMV), strided x.
+TEST_P(MatmulOpTest, Fp8WeightsMatchTheirDecodedReference) {
+  struct Fp8Case {
+    int64_t m, k, n, block;
+    bool bias;
+    int64_t x_pad;
+  };
+  const Fp8Case cases[] = {{1, 320, 200, 128, true, 0},  {3, 256, 130, 128, false, 8},
+                           {8, 4096, 96, 128, true, 0},  {17, 320, 200, 128, true, 0},
+                           {2, 72, 40, 32, false, 0},    {5, 64, 48, 16, true, 0},
+                           {40, 1024, 256, 128, false, 0}};
+  std::mt19937 rng(33);
+  for (const Fp8Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "M=" << c.m << " K=" << c.k << " N=" << c.n
+                                      << " block=" << c.block << " bias=" << c.bias);
+    const int64_t ld = c.k + c.x_pad;
+    std::vector<float> x = RandomFloats(c.m * ld, rng);
+    std::vector<float> w = RandomFloats(c.n * c.k, rng);
+    std::vector<float> b = RandomFloats(c.n, rng);
+    const Fp8Blocks q = QuantizeFp8Blocks(w, c.n, c.k, c.block);
+    std::vector<float> decoded(static_cast<size_t>(c.n * c.k));
+    DequantizeFp8Blocks(q, c.n, c.k, c.block, decoded);
+    Fp8Weight weight{.codes = Alloc(DType::kU8, {c.n, c.k}),
+                     .scales = UploadF32(q.scale_inv, {(c.n + c.block - 1) / c.block,
+                                                       (c.k + c.block - 1) / c.block}),
+                     .block = c.block};
+    ASSERT_TRUE(backend().CopyFromHost(q.codes.data(), weight.codes).ok());
+    Tensor tx = Upload(x, {c.m, ld}).SliceLast(c.x_pad, ld);
+    Tensor tb = Upload(b, {c.n});
+    Tensor out = Poisoned({c.m, c.n});
+    const absl::Status status = backend().MatmulFp8(tx, weight, c.bias ? &tb : nullptr, out);
+    ASSERT_TRUE(status.ok()) << status;
+    std::vector<double> expected(c.m * c.n), scale(c.m * c.n);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double dot = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double prod = static_cast<double>(x[i * ld + c.x_pad + p]) * decoded[j * c.k + p];
+          dot += prod;
+          mag += std::abs(prod);
+        }
+        expected[i * c.n + j] = dot + (c.bias ? b[j] : 0.0);
+        scale[i * c.n + j] = mag + (c.bias ? std::abs(b[j]) : 0.0);
+      }
+    }
+    EXPECT_TRUE(AllWithin(Download(out), expected, scale, Tol(kMatmulTol)));
+  }
+}
+
+TEST_P(MatmulOpTest, Fp8RejectsMisshapenWeights) {
+  std::vector<float> x(2 * 64, 1.0f);
+  Tensor tx = Upload(x, {2, 64});
+  const Tensor codes = Alloc(DType::kU8, {48, 64});
+  const Tensor scales = UploadF32(std::vector<float>(3 * 4, 1.0f), {3, 4});  // block 16
+  EXPECT_TRUE(backend().MatmulFp8(tx, {codes, scales, 16}, nullptr, Poisoned({2, 48})).ok());
+  EXPECT_FALSE(backend().MatmulFp8(tx, {codes, scales, 32}, nullptr, Poisoned({2, 48})).ok());
+  EXPECT_FALSE(backend().MatmulFp8(tx, {codes, scales, 0}, nullptr, Poisoned({2, 48})).ok());
+  const Tensor narrow = Alloc(DType::kU8, {48, 48});
+  EXPECT_FALSE(backend().MatmulFp8(tx, {narrow, scales, 16}, nullptr, Poisoned({2, 48})).ok());
+  EXPECT_FALSE(backend().MatmulFp8(tx, {codes, scales, 16}, nullptr, Poisoned({2, 40})).ok());
 }
 
 // Batch invariance. For random x [128, K]: every row of every sub-batch x[offset, offset + M)
