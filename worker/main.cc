@@ -51,6 +51,7 @@ struct WorkerFlags {
   bool cuda_graphs = true;
   bool tp_cuda_graphs = false;
   bool flash_prefill = false;
+  bool fp8_matmuls = true;
   bool pp_overlap = true;
   std::string quantization = "none";
   std::string host = "127.0.0.1";
@@ -389,6 +390,8 @@ int Run(const WorkerFlags& f) {
                                                         // The FP8 checkpoints' block.
                                                         .quantize_fp8_block =
                                                             f.quantization == "fp8" ? 128 : 0,
+                                                        .fp8_matmuls = f.backend == "cuda" &&
+                                                                       f.fp8_matmuls,
                                                         .on_progress = [&](uint64_t loaded,
                                                                            uint64_t total) {
                                                           service.SetLoadProgress(loaded, total);
@@ -541,6 +544,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")
+      ->capture_default_str();
+  app.add_option("--fp8-matmuls", f.fp8_matmuls,
+                 "cuda: keep FP8 weights (an FP8 checkpoint or --quantization fp8) as FP8 and "
+                 "multiply them directly (W8A16); false decodes them to bf16 at load")
       ->capture_default_str();
   app.add_option("--flash-prefill", f.flash_prefill,
                  "cuda, experimental: prefill attention on tensor cores for prompts of >= 16 "

@@ -146,7 +146,7 @@ class GptOssModel final : public Model {
       Layer layer;
       layer.input_norm = loader.Take(p + "input_layernorm.weight", {h});
       layer.post_attention_norm = loader.Take(p + "post_attention_layernorm.weight", {h});
-      layer.attention = AttentionWeights::Load(loader, c, tp_, p);
+      layer.attention = AttentionWeights::Load(loader, backend, c, tp_, p);
       layer.router = loader.Take(p + "mlp.router.weight", {e, h});
       layer.router_bias = loader.Take(p + "mlp.router.bias", {e});
       LoadExperts(loader, c, p + "mlp.experts.", layer);

@@ -1,9 +1,11 @@
 #include "worker/model/layers.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/fp8.h"
 #include "kernels/rope_table.h"
 #include "worker/parallel/communicator.h"
 
@@ -57,6 +59,57 @@ Buffer TakeShard(WeightLoader& loader, const TpShard& tp, const std::string& nam
   return loader.Take(name, shape, slice);
 }
 
+namespace {
+
+// Host bytes or floats into a new device tensor of `dtype`; failure recorded in `status`.
+template <typename T>
+Buffer UploadHost(Backend& backend, kernels::DType dtype, const std::vector<T>& host,
+                  std::initializer_list<int64_t> shape, absl::Status& status) {
+  auto buffer = backend.Allocate(dtype, shape);
+  absl::Status copied = buffer.ok() ? backend.CopyFromHost(host.data(), buffer->view())
+                                    : buffer.status();
+  if (!copied.ok()) {
+    if (status.ok()) status = copied;
+    return {};
+  }
+  return std::move(*buffer);
+}
+
+LinearWeight UploadFp8(Backend& backend, const WeightLoader::Fp8HostWeight& w,
+                       absl::Status& status) {
+  LinearWeight out;
+  if (w.codes.empty()) return out;  // the loader recorded why
+  const int64_t b = w.block;
+  out.codes = UploadHost(backend, kernels::DType::kU8, w.codes, {w.rows, w.cols}, status);
+  out.scales = UploadHost(backend, kernels::DType::kF32, w.scales,
+                          {(w.rows + b - 1) / b, (w.cols + b - 1) / b}, status);
+  out.block = b;
+  return out;
+}
+
+}  // namespace
+
+absl::Status RunLinear(Backend& backend, const Tensor& x, const LinearWeight& w, const Tensor* bias,
+                       const Tensor& out) {
+  if (w.codes.empty()) return backend.Matmul(x, w.dense.view(), bias, out);
+  return backend.MatmulFp8(
+      x, kernels::Fp8Weight{.codes = w.codes.view(), .scales = w.scales.view(), .block = w.block},
+      bias, out);
+}
+
+LinearWeight TakeLinear(WeightLoader& loader, Backend& backend, const TpShard& tp,
+                        const std::string& name, const std::vector<int64_t>& shape,
+                        const TensorSlice& slice) {
+  const TensorSlice* held = tp.sharded() ? &slice : nullptr;
+  if (std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held)) {
+    absl::Status status;
+    LinearWeight w = UploadFp8(backend, *fp8, status);
+    if (!status.ok()) return {};
+    return w;
+  }
+  return LinearWeight{.dense = TakeShard(loader, tp, name, shape, slice)};
+}
+
 Buffer TakeRowParallelBias(WeightLoader& loader, const TpShard& tp, const std::string& name,
                            int64_t size) {
   if (tp.rank != 0 && loader.Has(name)) {  // a missing bias is still reported, by every rank
@@ -85,18 +138,20 @@ absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend
   return buffer;
 }
 
-AttentionWeights AttentionWeights::Load(WeightLoader& loader, const ModelConfig& c,
-                                        const TpShard& tp, const std::string& prefix) {
+AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
+                                        const ModelConfig& c, const TpShard& tp,
+                                        const std::string& prefix) {
   const std::string p = prefix + "self_attn.";
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   const int64_t kv_begin = tp.KvHeadBegin(c), kv_end = kv_begin + tp.KvHeadsPerRank(c);
   const TensorSlice q_rows = tp.Split(0, q_dim);
   const TensorSlice kv_rows = TpShard::Blocks(0, kv_begin, kv_end, c.head_dim);
   AttentionWeights w;
-  w.q = TakeShard(loader, tp, p + "q_proj.weight", {q_dim, c.hidden_size}, q_rows);
-  w.k = TakeShard(loader, tp, p + "k_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
-  w.v = TakeShard(loader, tp, p + "v_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
-  w.o = TakeShard(loader, tp, p + "o_proj.weight", {c.hidden_size, q_dim}, tp.Split(1, q_dim));
+  w.q = TakeLinear(loader, backend, tp, p + "q_proj.weight", {q_dim, c.hidden_size}, q_rows);
+  w.k = TakeLinear(loader, backend, tp, p + "k_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
+  w.v = TakeLinear(loader, backend, tp, p + "v_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
+  w.o = TakeLinear(loader, backend, tp, p + "o_proj.weight", {c.hidden_size, q_dim},
+                   tp.Split(1, q_dim));
   if (c.qkv_bias) {
     w.q_bias = TakeShard(loader, tp, p + "q_proj.bias", {q_dim}, q_rows);
     w.k_bias = TakeShard(loader, tp, p + "k_proj.bias", {kv_dim}, kv_rows);
@@ -122,16 +177,44 @@ GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
   const std::string p = prefix + "mlp.";
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   GatedMlpWeights w;
-  const Buffer gate = TakeShard(loader, tp, p + "gate_proj.weight", {inter, h}, tp.Split(0, inter));
-  const Buffer up = TakeShard(loader, tp, p + "up_proj.weight", {inter, h}, tp.Split(0, inter));
-  w.down = TakeShard(loader, tp, p + "down_proj.weight", {h, inter}, tp.Split(1, inter));
-  if (gate.empty() || up.empty()) return w;  // the loader reports what is missing
-  const int64_t rows = gate.view().dim(0);
-  w.gate_up = AllocRows(backend, 2 * rows, h, status);
+  const TensorSlice rows = tp.Split(0, inter);
+  const TensorSlice* held = tp.sharded() ? &rows : nullptr;
+  w.down = TakeLinear(loader, backend, tp, p + "down_proj.weight", {h, inter}, tp.Split(1, inter));
+  // FP8 gate and up stack into one FP8 gate_up when their rows end on a block edge (codes and
+  // scales then stack row-wise); otherwise both are taken dense below.
+  std::optional<WeightLoader::Fp8HostWeight> gate = loader.TakeFp8(p + "gate_proj.weight",
+                                                                   {inter, h}, held);
+  std::optional<WeightLoader::Fp8HostWeight> up;
+  if (gate) up = loader.TakeFp8(p + "up_proj.weight", {inter, h}, held);
+  if (gate && up) {
+    if (gate->codes.empty() || up->codes.empty()) return w;  // the loader recorded why
+    if (gate->block == up->block && gate->rows % gate->block == 0) {
+      WeightLoader::Fp8HostWeight both = std::move(*gate);
+      both.codes.insert(both.codes.end(), up->codes.begin(), up->codes.end());
+      both.scales.insert(both.scales.end(), up->scales.begin(), up->scales.end());
+      both.rows += up->rows;
+      w.gate_up = UploadFp8(backend, both, status);
+      return w;
+    }
+  }
+  // Dense: gate and up decoded (the FP8 ones, if any, exactly as Take would have), stacked.
+  auto dense_of = [&](const std::string& name,
+                      const std::optional<WeightLoader::Fp8HostWeight>& fp8) -> Buffer {
+    if (!fp8) return TakeShard(loader, tp, name, {inter, h}, rows);
+    kernels::Fp8Blocks blocks{.codes = fp8->codes, .scale_inv = fp8->scales};
+    std::vector<float> values(static_cast<size_t>(fp8->rows * fp8->cols));
+    kernels::DequantizeFp8Blocks(blocks, fp8->rows, fp8->cols, fp8->block, values);
+    return loader.Upload(values, {fp8->rows, fp8->cols});
+  };
+  const Buffer g = dense_of(p + "gate_proj.weight", gate);
+  const Buffer u = dense_of(p + "up_proj.weight", up);
+  if (g.empty() || u.empty()) return w;  // the loader reports what is missing
+  const int64_t n = g.view().dim(0);
+  w.gate_up.dense = AllocRows(backend, 2 * n, h, status);
   if (!status.ok()) return w;
   // A same-dtype Convert is a device copy on every backend.
-  status = backend.Convert(gate.view(), w.gate_up.view().SliceRows(0, rows));
-  if (status.ok()) status = backend.Convert(up.view(), w.gate_up.view().SliceRows(rows, 2 * rows));
+  status = backend.Convert(g.view(), w.gate_up.dense.view().SliceRows(0, n));
+  if (status.ok()) status = backend.Convert(u.view(), w.gate_up.dense.view().SliceRows(n, 2 * n));
   return w;
 }
 
@@ -160,9 +243,9 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
   const Tensor q = ws.q.view().SliceRows(0, tokens);
   const Tensor k = ws.k.view().SliceRows(0, tokens);
   const Tensor v = ws.v.view().SliceRows(0, tokens);
-  RETURN_IF_ERROR(backend.Matmul(normed, w.q.view(), OrNull(w.q_bias), q));
-  RETURN_IF_ERROR(backend.Matmul(normed, w.k.view(), OrNull(w.k_bias), k));
-  RETURN_IF_ERROR(backend.Matmul(normed, w.v.view(), OrNull(w.v_bias), v));
+  RETURN_IF_ERROR(RunLinear(backend, normed, w.q, OrNull(w.q_bias), q));
+  RETURN_IF_ERROR(RunLinear(backend, normed, w.k, OrNull(w.k_bias), k));
+  RETURN_IF_ERROR(RunLinear(backend, normed, w.v, OrNull(w.v_bias), v));
   const Tensor q_heads = q.UnflattenLast(c.num_heads, c.head_dim);
   const Tensor k_heads = k.UnflattenLast(c.num_kv_heads, c.head_dim);
   const Tensor v_heads = v.UnflattenLast(c.num_kv_heads, c.head_dim);
@@ -184,7 +267,7 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
   const Tensor attn = ws.attn.view().SliceRows(0, tokens);
   RETURN_IF_ERROR(backend.Attention(q_heads, kv, in.attention, params,
                                     attn.UnflattenLast(c.num_heads, c.head_dim)));
-  return backend.Matmul(attn, w.o.view(), OrNull(w.o_bias),
+  return RunLinear(backend, attn, w.o, OrNull(w.o_bias),
                         ws.block_out.view().SliceRows(0, tokens));
 }
 
@@ -196,13 +279,13 @@ Tensor Workspace::MlpRows(int64_t tokens, int64_t width) const {
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
                          Workspace& ws, int64_t tokens) {
   const Tensor gate_up = ws.gate_up.view().SliceRows(0, tokens);
-  const int64_t inter = w.gate_up.view().dim(0) / 2;
-  RETURN_IF_ERROR(backend.Matmul(normed, w.gate_up.view(), nullptr, gate_up));
+  const int64_t inter = w.gate_up.rows() / 2;
+  RETURN_IF_ERROR(RunLinear(backend, normed, w.gate_up, nullptr, gate_up));
   // gate and up are the halves of each row; silu(gate) * up overwrites the gate half.
   const Tensor gate = gate_up.SliceLast(0, inter);
   const Tensor up = gate_up.SliceLast(inter, 2 * inter);
   RETURN_IF_ERROR(backend.SiluMul(gate, up, gate));
-  return backend.Matmul(gate, w.down.view(), nullptr, ws.block_out.view().SliceRows(0, tokens));
+  return RunLinear(backend, gate, w.down, nullptr, ws.block_out.view().SliceRows(0, tokens));
 }
 
 VocabShard VocabShard::Of(const ModelConfig& config, const TpShard& tp) {

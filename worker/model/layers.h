@@ -43,23 +43,44 @@ Buffer TakeRowParallelBias(WeightLoader& loader, const TpShard& tp, const std::s
 
 // Self-attention weights of one layer (HF names under `prefix` + "self_attn."); heads and kv are
 // this rank's (RankConfig), H the full hidden size.
+// A linear layer's weight [N, K]: in the compute dtype, or FP8 codes with block scales that
+// Backend::MatmulFp8 multiplies directly (WeightLoader::set_fp8_matmuls).
+struct LinearWeight {
+  Buffer dense;
+  Buffer codes, scales;  // instead of dense: u8 [N, K], f32 [ceil(N / block), ceil(K / block)]
+  int64_t block = 0;
+
+  bool empty() const { return dense.empty() && codes.empty(); }
+  int64_t rows() const { return (dense.empty() ? codes : dense).view().dim(0); }
+};
+
+// out = x · w^T (+ bias) through Matmul or MatmulFp8.
+absl::Status RunLinear(Backend& backend, const Tensor& x, const LinearWeight& w, const Tensor* bias,
+                       const Tensor& out);
+
+// The linear weight `name` of `shape` (this rank's `slice` of it under TP): FP8 when the loader
+// keeps it so (WeightLoader::TakeFp8), else dense like TakeShard.
+LinearWeight TakeLinear(WeightLoader& loader, Backend& backend, const TpShard& tp,
+                        const std::string& name, const std::vector<int64_t>& shape,
+                        const TensorSlice& slice);
+
 struct AttentionWeights {
-  Buffer q, k, v, o;                 // [heads*hd, H], [kv*hd, H], [kv*hd, H], [H, heads*hd]
+  LinearWeight q, k, v, o;           // [heads*hd, H], [kv*hd, H], [kv*hd, H], [H, heads*hd]
   Buffer q_bias, k_bias, v_bias;     // optional [heads*hd], [kv*hd], [kv*hd]
   Buffer o_bias;                     // optional [H]; rank 0 only
   Buffer q_norm, k_norm;             // optional [hd] (Qwen3 QK-norm), replicated
   Buffer sinks;                      // optional [heads] (gpt-oss), f32
 
   // `config` is the checkpoint's (full shapes), `tp` selects this rank's heads.
-  static AttentionWeights Load(WeightLoader& loader, const ModelConfig& config, const TpShard& tp,
-                               const std::string& prefix);
+  static AttentionWeights Load(WeightLoader& loader, Backend& backend, const ModelConfig& config,
+                               const TpShard& tp, const std::string& prefix);
 };
 
 // Gated (SwiGLU) MLP weights: gate and up [I, H] each (column-parallel) stacked into one
 // gate_up [2I, H] (one GEMM reads both: one launch, and a wide one, per decode step), down [H, I]
 // (row-parallel); I this rank's share of intermediate_size.
 struct GatedMlpWeights {
-  Buffer gate_up, down;
+  LinearWeight gate_up, down;
   // Failures (a missing tensor, no memory for the stacked copy) land in `status`.
   static GatedMlpWeights Load(WeightLoader& loader, Backend& backend, const ModelConfig& config,
                               const TpShard& tp, const std::string& prefix, absl::Status& status);

@@ -54,7 +54,7 @@ class LlamaModel final : public Model {
       layer.input_norm = loader.Take(prefix + "input_layernorm.weight", {c.hidden_size});
       layer.post_attention_norm =
           loader.Take(prefix + "post_attention_layernorm.weight", {c.hidden_size});
-      layer.attention = AttentionWeights::Load(loader, c, tp_, prefix);
+      layer.attention = AttentionWeights::Load(loader, backend, c, tp_, prefix);
       absl::Status stacked;
       layer.mlp = GatedMlpWeights::Load(loader, backend, c, tp_, prefix, stacked);
       RETURN_IF_ERROR(stacked);

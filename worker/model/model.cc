@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
     }
     loader.set_quantize_fp8_block(options.quantize_fp8_block);
   }
+  loader.set_fp8_matmuls(options.fp8_matmuls);
   std::unique_ptr<Model> model;
   switch (config.architecture) {
     case Architecture::kLlama:

@@ -65,6 +65,9 @@ struct ModelLoadOptions {
   // E4M3 with this square block on load (WeightLoader::set_quantize_fp8_block); the kernels
   // still compute in the compute dtype. Refused for GPT-2 and for already quantised checkpoints.
   int64_t quantize_fp8_block = 0;
+  // FP8 linear weights (an FP8 checkpoint's, or quantised on load) stay FP8 and go through
+  // Backend::MatmulFp8 instead of being decoded to the compute dtype at load (half the bytes).
+  bool fp8_matmuls = false;
   // Start-up progress: (bytes read so far, checkpoint bytes), called on the loading thread.
   std::function<void(uint64_t, uint64_t)> on_progress;
 };

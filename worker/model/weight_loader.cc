@@ -327,6 +327,66 @@ std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name,
   return BytesOfType(name, sliced->dtype, dtype, sliced->data);
 }
 
+std::optional<WeightLoader::Fp8HostWeight> WeightLoader::TakeFp8(
+    const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice) {
+  if (!fp8_matmuls_ || shape.size() != 2) return std::nullopt;
+  const std::vector<int64_t> held = slice != nullptr ? slice->Apply(shape) : shape;
+  Fp8HostWeight w{.rows = held[0], .cols = held[1]};
+  if (QuantizesOnLoad(name, shape)) {
+    std::vector<float> host;
+    const bool read = slice != nullptr ? ReadHostFloats(name, shape, *slice, host)
+                                       : ReadHostFloats(name, shape, host);
+    if (!read) return w;
+    kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(host, w.rows, w.cols, quantize_fp8_block_);
+    w.codes = std::move(q.codes);
+    w.scales = std::move(q.scale_inv);
+    w.block = quantize_fp8_block_;
+    return w;
+  }
+  // An FP8 checkpoint's own codes and scales, when its blocks are square and the slice keeps them.
+  const std::string scale_name = name + "_scale_inv";
+  if (!Has(name) || !Has(scale_name) || fp8_block_.size() != 2 || fp8_block_[0] != fp8_block_[1] ||
+      fp8_block_[0] < 1) {
+    return std::nullopt;
+  }
+  auto stored = checkpoint_.Tensor(name);
+  if (!stored.ok() || stored->dtype != safetensors::DType::kF8E4M3) return std::nullopt;
+  const int64_t b = fp8_block_[0];
+  if (slice != nullptr) {
+    for (const TensorSlice::Range& r : slice->ranges) {
+      const bool edge_end = r.end % b == 0 || r.end == shape[slice->dim];
+      if (r.begin % b != 0 || !edge_end) return std::nullopt;
+    }
+  }
+  w.codes = slice != nullptr ? TakeBytes(name, shape, kernels::DType::kF8E4M3, *slice)
+                             : TakeBytes(name, shape, kernels::DType::kF8E4M3);
+  const int64_t s0 = (shape[0] + b - 1) / b, s1 = (shape[1] + b - 1) / b;
+  std::vector<float> scales;
+  if (w.codes.empty() || !ReadHostFloats(scale_name, {s0, s1}, scales)) {
+    w.codes.clear();
+    return w;
+  }
+  // The held blocks' scales: block rows (or columns) of each slice range.
+  std::vector<int64_t> rows, cols;
+  for (int d = 0; d < 2; ++d) {
+    std::vector<int64_t>& index = d == 0 ? rows : cols;
+    const int64_t blocks = d == 0 ? s0 : s1;
+    if (slice != nullptr && slice->dim == d) {
+      for (const TensorSlice::Range& r : slice->ranges) {
+        for (int64_t i = r.begin / b; i < (r.end + b - 1) / b; ++i) index.push_back(i);
+      }
+    } else {
+      for (int64_t i = 0; i < blocks; ++i) index.push_back(i);
+    }
+  }
+  w.scales.reserve(rows.size() * cols.size());
+  for (int64_t r : rows) {
+    for (int64_t c : cols) w.scales.push_back(scales[r * s1 + c]);
+  }
+  w.block = b;
+  return w;
+}
+
 void WeightLoader::Ignore(const std::string& name) { used_.insert(name); }
 
 void WeightLoader::IgnorePrefix(const std::string& prefix) { ignored_prefixes_.push_back(prefix); }

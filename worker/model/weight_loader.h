@@ -56,6 +56,24 @@ class WeightLoader {
   // (under TP the same as the checkpoint's when shard edges are multiples of `block`). 0: off.
   void set_quantize_fp8_block(int64_t block) { quantize_fp8_block_ = block; }
   bool quantizes_fp8() const { return quantize_fp8_block_ > 0; }
+  // FP8 linear weights kept as FP8 for Backend::MatmulFp8 (TakeFp8); off: decoded at load.
+  void set_fp8_matmuls(bool on) { fp8_matmuls_ = on; }
+
+  // An FP8 linear weight on the host: E4M3 codes [rows, cols] and f32 scales
+  // [ceil(rows / block), ceil(cols / block)] (kernels/fp8.h).
+  struct Fp8HostWeight {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    int64_t rows = 0, cols = 0, block = 0;
+  };
+  // The 2-D weight `name` of `shape` (the rank's `slice` of it when given) as FP8, for
+  // Backend::MatmulFp8, when set_fp8_matmuls is on and either it is quantised on load (blocks of
+  // the held tensor, as Take's decoded values) or the checkpoint stores it as FP8 with square
+  // block scales that `slice` cuts only at block edges (the checkpoint's own codes and scales).
+  // Nothing (and nothing read) when none applies: the caller takes it dense. A weight that
+  // applies but fails to read comes back with no codes (the problem recorded).
+  std::optional<Fp8HostWeight> TakeFp8(const std::string& name, const std::vector<int64_t>& shape,
+                                       const TensorSlice* slice);
   // The same for host floats the caller loads itself (gpt-oss experts): `matrices` [rows, cols].
   void QuantizeFp8InPlace(std::span<float> values, int64_t matrices, int64_t rows, int64_t cols);
 
@@ -151,6 +169,7 @@ class WeightLoader {
   std::string dir_;
   std::vector<int64_t> fp8_block_;
   int64_t quantize_fp8_block_ = 0;
+  bool fp8_matmuls_ = false;
   bool QuantizesOnLoad(const std::string& name, const std::vector<int64_t>& shape) const;
   safetensors::SafetensorsModel checkpoint_;
   kernels::Backend* backend_;

@@ -197,14 +197,19 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
   for (int i = 0; i < 48; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % 150000));
   int64_t vocab = 0;
   // BF16; the FP8 checkpoint; the BF16 checkpoint quantised on load (--quantization fp8).
+  // The last two keep the weights FP8 and multiply through MatmulFp8 (the CPU's reference decodes
+  // exactly, so the logits must equal the decoded-at-load runs bit for bit).
   struct Run {
     const char* dir;
     int64_t quantize_block;
+    bool fp8_matmuls;
   };
-  for (const Run run : {Run{"0", 0}, Run{"32", 0}, Run{"0", 32}}) {
+  for (const Run run : {Run{"0", 0, false}, Run{"32", 0, false}, Run{"0", 32, false},
+                        Run{"32", 0, true}, Run{"0", 32, true}}) {
     testing::Harness h(root + "/" + run.dir,
                        ModelLoadOptions{.max_num_tokens = 256,
-                                        .quantize_fp8_block = run.quantize_block},
+                                        .quantize_fp8_block = run.quantize_block,
+                                        .fp8_matmuls = run.fp8_matmuls},
                        /*num_threads=*/1);
     ASSERT_TRUE(h.ok()) << run.dir;
     vocab = h.vocab();
@@ -235,6 +240,9 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
   EXPECT_LT(worst, 0.1);
   // Quantising the BF16 master on load gives exactly the FP8 checkpoint's weights.
   EXPECT_EQ(all_logits[1], all_logits[2]);
+  // Kept FP8 (MatmulFp8) or decoded at load: the same logits.
+  EXPECT_EQ(all_logits[3], all_logits[1]);
+  EXPECT_EQ(all_logits[4], all_logits[1]);
 }
 
 TEST(Fp8Model, QuantiseOnLoadRefusesGpt2AndFp8Checkpoints) {
