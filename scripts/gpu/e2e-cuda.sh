@@ -4,6 +4,8 @@
 # (prompt logprobs, teacher-forced top-1, greedy prefix, a streaming chat). Results under $OUT.
 # Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [prompts] [len]
 # LAYERS=N builds only the first N layers (gpt-oss-20b only: e2e_reference.py --layers).
+# FP8=1 writes the model in the HF FP8 layout (qwen3-8b, llama3-8b: e2e_reference.py --fp8).
+# WORKER_ARGS adds worker flags, e.g. "--flash-prefill true" or "--tp-cuda-graphs true".
 # BATCH_INVARIANT=true serves with xserv-worker --batch-invariant (the determinism check's mode).
 # SUPERVISOR_ARGS adds supervisor flags, e.g. "--tp 2 --devices 0,1" on a two-GPU host.
 set -uo pipefail
@@ -17,7 +19,8 @@ work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-  --out "$work" --prompts "$prompts" --len "$len" ${LAYERS:+--layers "$LAYERS"} 2>&1 \
+  --out "$work" --prompts "$prompts" --len "$len" ${LAYERS:+--layers "$LAYERS"} \
+  ${FP8:+--fp8} 2>&1 \
   | tee "$OUT/e2e-$arch-reference.log" | tail -3
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 echo "reference: $(($(date +%s) - start)) s"
@@ -26,7 +29,8 @@ port=18080
 .bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port ${SUPERVISOR_ARGS:-} \
   --bin-dir "$XSERV_ROOT/.bundle/bin" --worker-base-port 18100 \
   --worker-arg=--max-model-len --worker-arg=4096 \
-  --worker-arg=--batch-invariant --worker-arg="${BATCH_INVARIANT:-false}" >"$OUT/e2e-$arch-serve.log" 2>&1 &
+  --worker-arg=--batch-invariant --worker-arg="${BATCH_INVARIANT:-false}" \
+  ${WORKER_ARGS:+$(for a in $WORKER_ARGS; do printf -- '--worker-arg=%s ' "$a"; done)} >"$OUT/e2e-$arch-serve.log" 2>&1 &
 sup=$!
 load_start=$(date +%s)
 python3 - "$port" <<'PY'

@@ -5,6 +5,8 @@ logprobs of N prompts x L tokens and greedy continuations.
 
 Usage: python3 e2e_reference.py --arch qwen3-8b --tokenizer DIR --out DIR [--prompts 32 --len 256]
        [--model-only: write OUT/model and stop] [--layers N: gpt-oss-20b only, its first N layers]
+       [--fp8: qwen3-8b / llama3-8b in the HF FP8 layout (Qwen3-8B-FP8: F8_E4M3 decoder linears with
+        bf16 128x128 weight_scale_inv); the reference runs the decoded FP8 weights]
 Writes OUT/model/ (config, safetensors, tokenizer files) and OUT/reference.json:
   {"prompts": [[ids]], "logprobs": [[null, lp1, ...]], "top1": [[id...]], "margin": [[...]],
    "greedy": [[ids]], "logprobs_fp32": ..., "top1_fp32": ..., "margin_fp32": ...}
@@ -538,6 +540,62 @@ def build_gpt_oss(args):
     return model, cfg, meta
 
 
+FP8_BLOCK = 128
+FP8_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def fp8_quantize(w, block=FP8_BLOCK):
+    """HF "fp8" block quantisation as kernels/fp8.h does it: per block scale_inv =
+    bf16(amax / 448) (1 for an all-zero block), codes = E4M3(w / scale_inv) rounded to nearest
+    even, saturating at +-448. Returns (codes float8_e4m3fn [R, C], scale_inv bf16 [ceil(R/b),
+    ceil(C/b)], dequantised fp32 [R, C])."""
+    w = w.float()
+    rows, cols = w.shape
+    pr, pc = (-rows) % block, (-cols) % block
+    padded = torch.nn.functional.pad(w, (0, pc, 0, pr))
+    nb0, nb1 = padded.shape[0] // block, padded.shape[1] // block
+    blocks = padded.view(nb0, block, nb1, block)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scale = (amax / 448.0).to(torch.bfloat16).float()
+    scale[amax == 0] = 1.0
+    full = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[:rows, :cols]
+    codes = (w / full).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return codes, scale.to(torch.bfloat16), codes.float() * full
+
+
+def write_fp8(model, cfg, model_dir):
+    """Writes `model` as a Qwen3-8B-FP8-layout checkpoint (../shared/refdata/qwen3-8b-fp8): every
+    decoder linear as F8_E4M3 codes + bf16 weight_scale_inv, the rest bf16, config with the real
+    quantization_config. The model's linears are replaced by the decoded FP8 values (exact in
+    fp32; the bf16 model holds them rounded), so the reference runs the checkpoint's weights.
+    Returns the fp32 state dict of those weights for the fp32 reference."""
+    from safetensors.torch import save_file
+    tensors, fp32_state = {}, {}
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            if any(name.endswith(f"{lin}.weight") for lin in FP8_LINEARS):
+                codes, scale, deq = fp8_quantize(p)
+                tensors[name] = codes.contiguous()
+                tensors[name + "_scale_inv"] = scale.contiguous()
+                fp32_state[name] = deq
+                p.copy_(deq.to(p.dtype))
+            else:
+                tensors[name] = p.detach().to(torch.bfloat16).contiguous()
+                fp32_state[name] = p.detach().float()
+    model_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.cpu() for k, v in tensors.items()}, str(model_dir / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = cfg.to_dict()
+    config["architectures"] = [type(model).__name__]
+    config["torch_dtype"] = config["dtype"] = "bfloat16"
+    config["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                     "quant_method": "fp8",
+                                     "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return fp32_state
+
+
 def copy_tokenizer(src, model_dir, chat_template=None):
     """The tokenizer files of `src`; `chat_template` as chat_template.jinja if `src` has none."""
     for name in ["tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
@@ -559,10 +617,14 @@ def main():
     ap.add_argument("--model-only", action="store_true", help="save OUT/model, skip the reference")
     ap.add_argument("--layers", type=int, default=0,
                     help="gpt-oss-20b: build its first N layers (0: all 24)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="qwen3-8b / llama3-8b: write the HF FP8 layout (128x128 block scales)")
     args = ap.parse_args()
     gpt_oss = args.arch == "gpt-oss-20b"
     if args.layers and not gpt_oss:
         ap.error("--layers is implemented for gpt-oss-20b only")
+    if args.fp8 and args.arch not in ("qwen3-8b", "llama3-8b"):
+        ap.error("--fp8 is implemented for qwen3-8b and llama3-8b")
     if gpt_oss:
         model, cfg, meta = build_gpt_oss(args)
         if args.model_only:
@@ -574,16 +636,31 @@ def main():
         with torch.device("cuda"):
             model = cls(cfg).to(torch.bfloat16).eval()
         model_dir = args.out / "model"
-        model.save_pretrained(str(model_dir), max_shard_size="5GB")
+        fp8_state = None
+        if args.fp8:
+            fp8_state = write_fp8(model, cfg, model_dir)
+        else:
+            model.save_pretrained(str(model_dir), max_shard_size="5GB")
         copy_tokenizer(args.tokenizer, model_dir)
-        print(f"built and saved {args.arch} in {time.time() - t0:.1f} s", flush=True)
+        print(f"built and saved {args.arch}{' (FP8)' if args.fp8 else ''} in "
+              f"{time.time() - t0:.1f} s", flush=True)
         if args.model_only:
             return
         # Reload as users do. `.to(bfloat16)` above also rounded the rotary inv_freq buffer to
         # bf16, which shifts every RoPE angle (0.5 rad at position 255 for the fastest pair) and
-        # which `.float()` does not undo; from_pretrained computes inv_freq in fp32.
+        # which `.float()` does not undo; from_pretrained computes inv_freq in fp32. The FP8
+        # checkpoint is not reloaded through transformers' FP8 path: fresh models (fp32 RoPE)
+        # take the decoded weights instead, rounded to bf16 here and exact in fp32 below.
         del model
-        model = cls.from_pretrained(str(model_dir), dtype=torch.bfloat16).cuda().eval()
+        if fp8_state is None:
+            model = cls.from_pretrained(str(model_dir), dtype=torch.bfloat16).cuda().eval()
+        else:
+            with torch.device("cuda"):
+                model = cls(cfg).eval()
+            model.load_state_dict(fp8_state, strict=True)
+            inv_freq = model.model.rotary_emb.inv_freq.clone()  # fp32, as from_pretrained has it
+            model = model.to(torch.bfloat16)
+            model.model.rotary_emb.inv_freq = inv_freq
     gen = torch.Generator().manual_seed(1)
     vocab = min(cfg.vocab_size, 50000)  # ordinary tokens, no specials
     ref = {"prompts": [], "logprobs": [], "top1": [], "margin": [], "greedy": [],
@@ -621,6 +698,11 @@ def main():
                 torch.cuda.empty_cache()
                 meta["fp32"] = f"skipped, out of GPU memory: {e}"[:300]
                 print(meta["fp32"], flush=True)
+        elif fp8_state is not None:
+            del model
+            with torch.device("cuda"):
+                model = cls(cfg).eval()
+            model.load_state_dict(fp8_state, strict=True)
         else:
             del model
             model = cls.from_pretrained(str(model_dir), dtype=torch.float32).cuda().eval()

@@ -9,6 +9,7 @@
 #      MODEL_DIR= (reuse an HF directory; else e2e_reference.py --model-only builds one)
 #      BACKEND=cuda (cpu runs the same flow on a development machine) WORKER_ARGS= LEVEL_TIMEOUT_S=300
 #      SUPERVISOR_ARGS= (e.g. "--tp 2 --devices 0,1"), TAG= (suffix of the output names)
+#      FP8=1 (the model in the HF FP8 layout; e2e_reference.py --fp8)
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -23,7 +24,7 @@ if [[ -z $model ]]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   PYTHONUNBUFFERED=1 python3 scripts/gpu/e2e_reference.py --arch "$arch" \
-    --tokenizer ".assets/tokenizers/$tok" --out "$work" --model-only >"$OUT/serve-bench-$arch-model.log" 2>&1 ||
+    --tokenizer ".assets/tokenizers/$tok" --out "$work" --model-only ${FP8:+--fp8} >"$OUT/serve-bench-$arch-model.log" 2>&1 ||
     { note "model build failed (see serve-bench-$arch-model.log)"; exit 1; }
   model=$work/model
   note "model built"
