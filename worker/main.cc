@@ -52,6 +52,7 @@ struct WorkerFlags {
   bool tp_cuda_graphs = false;
   bool flash_prefill = false;
   bool fp8_matmuls = true;
+  bool pp_nccl = false;
   bool pp_overlap = true;
   std::string quantization = "none";
   std::string host = "127.0.0.1";
@@ -161,9 +162,12 @@ absl::Status CheckLayout(const WorkerFlags& f) {
 // the CPU backend, where one stage's two groups are one, NCCL on CUDA). With one rank there are
 // none.
 struct ReplicaGroups {
-  std::unique_ptr<parallel::Communicator> world_owned, tp_owned;
+  std::unique_ptr<parallel::Communicator> world_owned, tp_owned, pipe_owned;
   parallel::Communicator* world = nullptr;
   parallel::Communicator* tp = nullptr;
+  // CUDA with --pp-nccl: every rank in NCCL for the stage hand-off (device memory, on the
+  // backend's stream); null: the hand-off goes through `world` and host memory.
+  parallel::Communicator* pipe = nullptr;
 };
 
 // The leader's own view of the store it serves to its peers: no RPC to itself.
@@ -235,16 +239,30 @@ absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, Rendezvous
                      join(f.tp_rank, f.tp_size, absl::StrCat("tp-", f.pp_rank)));
   }
   groups.tp = groups.tp_owned.get();
+#if XSERV_HAVE_CUDA
+  // Created after the TP groups on every rank (NCCL's init blocks until all of a group join).
+  if (f.pp_size > 1 && f.pp_nccl && cuda_stream != nullptr) {
+    ASSIGN_OR_RETURN(groups.pipe_owned,
+                     parallel::CreateNcclCommunicator(parallel::NcclOptions{
+                         .rank = GlobalRank(f),
+                         .world_size = f.tp_size * f.pp_size,
+                         .store = store,
+                         .prefix = "nccl-pipe",
+                         .stream = cuda_stream,
+                         .timeout = timeout}));
+    groups.pipe = groups.pipe_owned.get();
+  }
+#endif
   return groups;
 }
 
 // Steps the leader keeps in flight: one per pipeline stage, so that every stage has one to run.
 int MaxInFlightSteps(const WorkerFlags& f) { return f.pp_overlap ? f.pp_size : 1; }
 
-engine::PipelineLink LinkOf(const WorkerFlags& f, parallel::Communicator* world) {
+engine::PipelineLink LinkOf(const WorkerFlags& f, const ReplicaGroups& groups) {
   if (f.pp_size == 1) return {};
   return engine::PipelineLink{
-      .comm = world,
+      .comm = groups.pipe != nullptr ? groups.pipe : groups.world,
       .prev_rank = f.pp_rank > 0 ? GlobalRank(f) - f.tp_size : -1,
       .next_rank = f.pp_rank + 1 < f.pp_size ? GlobalRank(f) + f.tp_size : -1,
       .max_in_flight = MaxInFlightSteps(f)};
@@ -459,7 +477,7 @@ int Run(const WorkerFlags& f) {
   ec.scheduler.blocks.enable_prefix_caching = f.enable_prefix_caching;
   ec.step_comm = groups->world;
   ec.step_root = LeaderRank(f);
-  ec.pipeline = LinkOf(f, groups->world);
+  ec.pipeline = LinkOf(f, *groups);
   ec.graphs = f.backend == "cuda" && f.cuda_graphs;
   ec.graphs_with_collectives = f.tp_cuda_graphs;
   ec.scheduler.max_in_flight_steps = MaxInFlightSteps(f);
@@ -544,6 +562,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")
+      ->capture_default_str();
+  app.add_option("--pp-nccl", f.pp_nccl,
+                 "cuda, experimental: pipeline stages hand hidden states over with NCCL send/recv "
+                 "on the compute stream (no host copy); not yet verified on GPUs")
       ->capture_default_str();
   app.add_option("--fp8-matmuls", f.fp8_matmuls,
                  "cuda: keep FP8 weights (an FP8 checkpoint or --quantization fp8) as FP8 and "

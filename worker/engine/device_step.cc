@@ -131,12 +131,22 @@ absl::StatusOr<DeviceStep> ParseDeviceStep(std::string_view bytes) {
 }
 
 absl::Status DeviceStepRunner::ReceiveHidden(const kernels::Tensor& hidden, int tag) {
+  if (link_.comm->memory() == parallel::MemoryKind::kDevice) {  // NCCL: into the buffer, in order
+    return link_.comm->Recv({static_cast<std::byte*>(hidden.data), hidden.nbytes()},
+                            link_.prev_rank, tag);
+  }
   staging_.resize(hidden.nbytes());
   RETURN_IF_ERROR(link_.comm->Recv(staging_, link_.prev_rank, tag));
   return backend_.CopyFromHost(staging_.data(), hidden);
 }
 
 absl::Status DeviceStepRunner::SendHidden(const kernels::Tensor& hidden, int tag) {
+  if (link_.comm->memory() == parallel::MemoryKind::kDevice) {
+    // NCCL: enqueued on the compute stream, so the next step's writes to `hidden` come after it
+    // and the host does not wait.
+    return link_.comm->StartSend({static_cast<const std::byte*>(hidden.data), hidden.nbytes()},
+                                 link_.next_rank, tag);
+  }
   // The send completes only once the next stage takes it, which may be after this stage has
   // run the following steps (the leader keeps several in flight): wait only for the send whose
   // buffer is needed again.
