@@ -51,7 +51,7 @@ struct WorkerFlags {
   bool cuda_graphs = true;
   bool tp_cuda_graphs = false;
   bool flash_prefill = false;
-  bool fp8_matmuls = true;
+  bool fp8_matmuls = false;
   bool pp_nccl = false;
   bool pp_overlap = true;
   std::string quantization = "none";
@@ -568,8 +568,9 @@ int main(int argc, char** argv) {
                  "on the compute stream (no host copy); not yet verified on GPUs")
       ->capture_default_str();
   app.add_option("--fp8-matmuls", f.fp8_matmuls,
-                 "cuda: keep FP8 weights (an FP8 checkpoint or --quantization fp8) as FP8 and "
-                 "multiply them directly (W8A16); false decodes them to bf16 at load")
+                 "cuda, experimental: keep FP8 weights (an FP8 checkpoint or --quantization fp8) "
+                 "as FP8 and multiply them directly (W8A16: half the weight bytes at <= 8 rows, "
+                 "more traffic above); false decodes them to bf16 at load")
       ->capture_default_str();
   app.add_option("--flash-prefill", f.flash_prefill,
                  "cuda, experimental: prefill attention on tensor cores for prompts of >= 16 "

@@ -88,8 +88,11 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   RETURN_IF_ERROR(CheckMatmulIo(kOp, x, w.codes.dim(0), bias, out, call));
   RETURN_IF_ERROR(ExpectFp8Weight(kOp, w.codes, w.scales, w.block, x.dim(1)));
   const int64_t n = call.n, k = call.k;
-  // Decode rows: stream the FP8 weights once (half the bytes of bf16). Not in the batch-invariant
-  // mode, whose rows must not depend on the batch size that picks a kernel.
+  if (call.m == 0 || n == 0) return absl::OkStatus();
+  // Decode rows: stream the FP8 weights once (half the bytes of bf16), whatever
+  // CudaBackendOptions::gemv says (that option weighs the bf16 GEMV against cuBLASLt; here the
+  // alternative is decoding the whole weight). Not in the batch-invariant mode, whose rows must
+  // not depend on the batch size that picks a kernel.
   if (!options_.batch_invariant && call.m <= kGemvMaxRows && n <= INT32_MAX && k <= INT32_MAX) {
     const GemvArgs gemv{.x = call.x,
                         .ldx = call.ldx,
@@ -108,7 +111,9 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .block = static_cast<int>(w.block)};
     if (GemvSupports(gemv)) return Launched(kOp, LaunchGemv(gemv, stream_));
   }
-  // Otherwise the weight decoded into bf16 scratch, then the bf16 GEMM.
+  // Otherwise the weight decoded into bf16 scratch, then the bf16 GEMM: 5 bytes of traffic per
+  // weight against 2 for weights decoded at load, so bandwidth-bound steps of more than 8 rows
+  // are slower than BF16 until a W8A16 tensor-core GEMM exists (why --fp8-matmuls is opt-in).
   RETURN_IF_ERROR(Reserve(fp8_weight_, static_cast<size_t>(n * k) * 2));
   RETURN_IF_ERROR(Launched(kOp, LaunchDequantizeFp8(w.codes.as<uint8_t>(), w.scales.as<float>(),
                                                     n, k, w.scales.dim(1), w.block,

@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
   --out "$work" --prompts "$prompts" --len "$len" ${LAYERS:+--layers "$LAYERS"} \
-  ${FP8:+--fp8} 2>&1 \
+  $([[ ${FP8:-0} == 1 ]] && echo --fp8) 2>&1 \
   | tee "$OUT/e2e-$arch-reference.log" | tail -3
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 echo "reference: $(($(date +%s) - start)) s"

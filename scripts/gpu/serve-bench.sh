@@ -24,7 +24,7 @@ if [[ -z $model ]]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   PYTHONUNBUFFERED=1 python3 scripts/gpu/e2e_reference.py --arch "$arch" \
-    --tokenizer ".assets/tokenizers/$tok" --out "$work" --model-only ${FP8:+--fp8} >"$OUT/serve-bench-$arch-model.log" 2>&1 ||
+    --tokenizer ".assets/tokenizers/$tok" --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >"$OUT/serve-bench-$arch-model.log" 2>&1 ||
     { note "model build failed (see serve-bench-$arch-model.log)"; exit 1; }
   model=$work/model
   note "model built"

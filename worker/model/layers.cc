@@ -104,7 +104,7 @@ LinearWeight TakeLinear(WeightLoader& loader, Backend& backend, const TpShard& t
   if (std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held)) {
     absl::Status status;
     LinearWeight w = UploadFp8(backend, *fp8, status);
-    if (!status.ok()) return {};
+    if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
     return w;
   }
   return LinearWeight{.dense = TakeShard(loader, tp, name, shape, slice)};
@@ -186,8 +186,10 @@ GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
                                                                    {inter, h}, held);
   std::optional<WeightLoader::Fp8HostWeight> up;
   if (gate) up = loader.TakeFp8(p + "up_proj.weight", {inter, h}, held);
+  if ((gate && gate->codes.empty()) || (up && up->codes.empty())) {
+    return w;  // a read failed: the loader recorded why
+  }
   if (gate && up) {
-    if (gate->codes.empty() || up->codes.empty()) return w;  // the loader recorded why
     if (gate->block == up->block && gate->rows % gate->block == 0) {
       WeightLoader::Fp8HostWeight both = std::move(*gate);
       both.codes.insert(both.codes.end(), up->codes.begin(), up->codes.end());

@@ -387,6 +387,10 @@ std::optional<WeightLoader::Fp8HostWeight> WeightLoader::TakeFp8(
   return w;
 }
 
+void WeightLoader::RecordFailure(const std::string& name, const absl::Status& status) {
+  problems_.push_back(absl::StrCat("tensor ", name, ": ", status.message()));
+}
+
 void WeightLoader::Ignore(const std::string& name) { used_.insert(name); }
 
 void WeightLoader::IgnorePrefix(const std::string& prefix) { ignored_prefixes_.push_back(prefix); }

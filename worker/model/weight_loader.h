@@ -74,6 +74,9 @@ class WeightLoader {
   // applies but fails to read comes back with no codes (the problem recorded).
   std::optional<Fp8HostWeight> TakeFp8(const std::string& name, const std::vector<int64_t>& shape,
                                        const TensorSlice* slice);
+
+  // Records a failure of the caller's own upload of `name` (reported by Finish).
+  void RecordFailure(const std::string& name, const absl::Status& status);
   // The same for host floats the caller loads itself (gpt-oss experts): `matrices` [rows, cols].
   void QuantizeFp8InPlace(std::span<float> values, int64_t matrices, int64_t rows, int64_t cols);
 
