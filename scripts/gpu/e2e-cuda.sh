@@ -8,6 +8,10 @@
 # WORKER_ARGS adds worker flags, e.g. "--flash-prefill true" or "--tp-cuda-graphs true".
 # BATCH_INVARIANT=true serves with xserv-worker --batch-invariant (the determinism check's mode).
 # SUPERVISOR_ARGS adds supervisor flags, e.g. "--tp 2 --devices 0,1" on a two-GPU host.
+# VARIANTS="name=SUPERVISOR_ARGS;WORKER_ARGS|name2=...": serve the same weights once per variant
+# against the one reference (e.g. "base=;|flash=;--flash-prefill true|tp2g=--tp 2 --devices
+# 0,1;--tp-cuda-graphs true"), writing e2e-ARCH-NAME.json each; without it one variant from
+# SUPERVISOR_ARGS and WORKER_ARGS, written as e2e-ARCH.json.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -25,15 +29,22 @@ python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokeniz
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 echo "reference: $(($(date +%s) - start)) s"
 port=18080
-# shellcheck disable=SC2086
-.bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port ${SUPERVISOR_ARGS:-} \
-  --bin-dir "$XSERV_ROOT/.bundle/bin" --worker-base-port 18100 \
-  --worker-arg=--max-model-len --worker-arg=4096 \
-  --worker-arg=--batch-invariant --worker-arg="${BATCH_INVARIANT:-false}" \
-  ${WORKER_ARGS:+$(for a in $WORKER_ARGS; do printf -- '--worker-arg=%s ' "$a"; done)} >"$OUT/e2e-$arch-serve.log" 2>&1 &
-sup=$!
-load_start=$(date +%s)
-python3 - "$port" <<'PY'
+
+# serve_and_compare NAME SUPERVISOR_ARGS WORKER_ARGS: one server start, one comparison.
+serve_and_compare() {
+  local name=$1 sup_args=$2 worker_args=$3 suffix=${1:+-$1}
+  local extra=()
+  for a in $worker_args; do extra+=("--worker-arg=$a"); done
+  # shellcheck disable=SC2086
+  .bundle/bin/xserv-supervisor --model "$work/model" --backend cuda --http-port $port $sup_args \
+    --bin-dir "$XSERV_ROOT/.bundle/bin" --worker-base-port 18100 \
+    --worker-arg=--max-model-len --worker-arg=4096 \
+    --worker-arg=--batch-invariant --worker-arg="${BATCH_INVARIANT:-false}" "${extra[@]}" \
+    >"$OUT/e2e-$arch$suffix-serve.log" 2>&1 &
+  local sup=$!
+  local load_start
+  load_start=$(date +%s)
+  python3 - "$port" <<'PY'
 import sys, time, urllib.request
 port = sys.argv[1]
 for _ in range(600):
@@ -45,14 +56,29 @@ for _ in range(600):
     time.sleep(1)
 sys.exit(1)
 PY
-ready=$?
-echo "serving after $(($(date +%s) - load_start)) s (ready rc=$ready)"
-if [[ $ready == 0 ]]; then
-  python3 scripts/gpu/e2e_compare.py --url "http://127.0.0.1:$port" \
-    --reference "$work/reference.json" --out "$OUT/e2e-$arch.json"
+  local ready=$?
+  echo "[${name:-default}] serving after $(($(date +%s) - load_start)) s (ready rc=$ready)"
+  if [[ $ready == 0 ]]; then
+    timeout "${COMPARE_TIMEOUT_S:-600}" python3 scripts/gpu/e2e_compare.py \
+      --url "http://127.0.0.1:$port" --reference "$work/reference.json" \
+      --out "$OUT/e2e-$arch$suffix.json"
+    echo "[${name:-default}] compare rc=$?"
+  fi
+  kill -TERM $sup
+  wait $sup
+  echo "[${name:-default}] supervisor exit $?"
+  grep -E "error|ERROR|critical" "$OUT/e2e-$arch$suffix-serve.log" | head -5
+}
+
+if [[ -n ${VARIANTS:-} ]]; then
+  IFS='|' read -r -a variants <<<"$VARIANTS"
+  for v in "${variants[@]}"; do
+    name=${v%%=*} rest=${v#*=}
+    worker_args=""
+    [[ $rest == *";"* ]] && worker_args=${rest#*;}
+    serve_and_compare "$name" "${rest%%;*}" "$worker_args"
+  done
+else
+  serve_and_compare "" "${SUPERVISOR_ARGS:-}" "${WORKER_ARGS:-}"
 fi
-kill -TERM $sup
-wait $sup
-echo "supervisor exit $?"
-grep -E "error|ERROR|critical" "$OUT/e2e-$arch-serve.log" | head -5
 rm -rf "$work"

@@ -63,6 +63,9 @@ struct BenchConfig {
   bool gemv = false;
   bool cuda_graphs = true;
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
+  bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
+  bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
+  bool flash_prefill = false;  // tensor-core prefill attention
 };
 
 struct BatchResult {
@@ -288,6 +291,9 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"repeats", cfg.repeats},
         {"profile_ops", cfg.profile_ops},
         {"gemv", cfg.gemv},
+        {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
+        {"fp8_matmuls", cfg.fp8_matmuls},
+        {"flash_prefill", cfg.flash_prefill},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
         {"batches", cfg.batches}}},
       {"metrics", std::move(metrics)}};
@@ -310,6 +316,7 @@ absl::Status Run(const BenchConfig& cfg) {
          .batch_invariant = cfg.batch_invariant,
          .invariant_reference_rows = cfg.invariant_reference_rows,
          .gemv = cfg.gemv,
+         .flash_prefill = cfg.flash_prefill,
          .profile_ops = cfg.profile_ops}));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
@@ -323,7 +330,10 @@ absl::Status Run(const BenchConfig& cfg) {
   xserv::kernels::Backend& backend = *owned;
   ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m,
                    model::LoadModel(cfg.model_dir, backend,
-                                    model::ModelLoadOptions{.max_num_tokens = max_tokens}));
+                                    model::ModelLoadOptions{
+                                        .max_num_tokens = max_tokens,
+                                        .quantize_fp8_block = cfg.quantize_fp8 ? 128 : 0,
+                                        .fp8_matmuls = cfg.fp8_matmuls}));
   const xserv::ModelConfig& c = m->config();
   if (cfg.prompt_len + cfg.gen_len > c.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat("prompt-len + gen-len exceeds the model's ",
@@ -403,6 +413,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed of the random prompts")->capture_default_str();
+  std::string quantization = "none";
+  app.add_option("--quantization", quantization, "none or fp8 (quantise on load, 128x128)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8"}));
+  app.add_option("--fp8-matmuls", cfg.fp8_matmuls, "keep FP8 weights FP8 (W8A16 MatmulFp8)")
+      ->capture_default_str();
+  app.add_option("--flash-prefill", cfg.flash_prefill, "cuda: tensor-core prefill attention")
+      ->capture_default_str();
   app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
       ->capture_default_str();
   app.add_option("--cuda-graphs", cfg.cuda_graphs,
@@ -416,6 +434,7 @@ int main(int argc, char** argv) {
   if (auto exit_code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-engine-bench")) {
     return *exit_code;
   }
+  cfg.quantize_fp8 = quantization == "fp8";
   for (absl::string_view part : absl::StrSplit(batches, ',', absl::SkipEmpty())) {
     int b = 0;
     if (!absl::SimpleAtoi(part, &b) || b < 1) {
