@@ -10,7 +10,9 @@
 // line (date, commit, hardware, model, config, metrics) for docs/benchmarks/. With --profile-ops
 // (cuda) one more prefill + decode run per batch size measures each op's GPU time with the host's
 // launch overhead taken out (CudaBackend::HoldForProfile), and the host time to queue a step: the
-// per-op table says which kernels a step's time goes to, and whether the host keeps up.
+// per-op table says which kernels a step's time goes to, and whether the host keeps up; for dense
+// models a roofline per kernel family (matmul, attention: tools/roofline.h) gives the bound the
+// peaks imply (--peak-read-gbs, --peak-tflops) and the fraction of it each phase reached.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +42,7 @@
 #include "worker/model/decode_graphs.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
+#include "worker/tools/roofline.h"
 
 namespace {
 
@@ -66,6 +69,8 @@ struct BenchConfig {
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
   bool flash_prefill = false;  // tensor-core prefill attention
+  double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
+  double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
 
 struct BatchResult {
@@ -173,24 +178,35 @@ absl::StatusOr<BatchResult> RunBatch(Runner& runner, const BenchConfig& cfg, int
 }
 
 #if XSERV_HAVE_CUDA
-// Bytes of the dense linear weights one decode step streams (bf16), for the GEMV bandwidth.
-double LinearWeightBytes(const xserv::ModelConfig& c) {
-  if (c.moe.num_experts > 0) return 0;  // expert bytes read depend on routing
-  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
-  const double attention = h * d * (2.0 * c.num_heads + 2.0 * c.num_kv_heads);
-  const double mlp = (c.model_type == "gpt2" ? 2.0 : 3.0) * h * c.intermediate_size;
-  return 2.0 * (c.num_layers * (attention + mlp) + static_cast<double>(c.vocab_size) * h);
+// One family's line of the roofline report: what the phase must move and compute, the bound
+// that implies at the device's peaks, and how close the measured GPU time came.
+Json FamilyRoofline(const char* family, const xserv::tools::FamilyCost& cost,
+                    const xserv::tools::DevicePeaks& peaks, double measured_us) {
+  const double bound_us = xserv::tools::RooflineUs(cost, peaks);
+  const double fraction = xserv::tools::RooflineFraction(cost, peaks, measured_us);
+  std::printf("    roofline %-9s %8.3f GB %9.3f TFLOP: bound %8.1f us, measured %8.1f us (%.0f%%)\n",
+              family, cost.bytes / 1e9, cost.flops / 1e12, bound_us, measured_us, 100 * fraction);
+  return Json{{"gb", cost.bytes / 1e9},
+              {"tflop", cost.flops / 1e12},
+              {"bound_us", bound_us},
+              {"measured_us", measured_us},
+              {"fraction_of_roofline", fraction},
+              {"gb_s", measured_us > 0 ? cost.bytes / (measured_us * 1e3) : 0.0},
+              {"tflop_s", measured_us > 0 ? cost.flops / (measured_us * 1e6) : 0.0}};
 }
 
 // One phase's profile: per-op GPU time per step and the host's queueing time per step.
+// `shape` (null for MoE models, whose expert reads depend on routing) gives the roofline report.
 absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runner& runner,
-                                  int steps, double weight_bytes, const char* phase) {
+                                  int steps, const BenchConfig& cfg, const xserv::ModelConfig& c,
+                                  const xserv::tools::PhaseShape* shape, const char* phase) {
   ASSIGN_OR_RETURN(std::vector<xserv::kernels::cuda::OpTime> ops, cuda.TakeOpProfile());
   const double enqueue_us = 1e6 * runner.TakeEnqueueSeconds() / steps;
-  double gpu_us = 0, matmul_us = 0;
+  double gpu_us = 0, matmul_us = 0, attention_us = 0;
   for (const auto& op : ops) {
     gpu_us += 1e3 * op.total_ms / steps;
-    if (op.op == "Matmul") matmul_us = 1e3 * op.total_ms / steps;
+    if (op.op == "Matmul" || op.op == "MatmulFp8") matmul_us += 1e3 * op.total_ms / steps;
+    if (op.op == "Attention") attention_us += 1e3 * op.total_ms / steps;
   }
   std::printf("  %s: GPU %.1f us/step (ops back to back), host queueing %.1f us/step\n", phase,
               gpu_us, enqueue_us);
@@ -204,12 +220,15 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
                     {"us_per_step", us}});
   }
   Json out{{"gpu_us_per_step", gpu_us}, {"host_enqueue_us_per_step", enqueue_us}, {"ops", rows}};
-  if (weight_bytes > 0 && matmul_us > 0 && std::string(phase) == "decode") {
-    const double gbs = weight_bytes / (matmul_us * 1e-6) / 1e9;
-    std::printf("    matmul weight streaming: %.2f GB in %.1f us = %.0f GB/s\n", weight_bytes / 1e9,
-                matmul_us, gbs);
-    out["matmul_weight_gb"] = weight_bytes / 1e9;
-    out["matmul_weight_gb_s"] = gbs;
+  if (shape != nullptr) {
+    const xserv::tools::DevicePeaks peaks{.read_gb_s = cfg.peak_read_gb_s,
+                                          .bf16_tflop_s = cfg.peak_bf16_tflop_s};
+    out["roofline"] = Json{
+        {"peaks", {{"read_gb_s", peaks.read_gb_s}, {"bf16_tflop_s", peaks.bf16_tflop_s}}},
+        {"matmul", FamilyRoofline("matmul", xserv::tools::MatmulCost(c, *shape), peaks,
+                                  matmul_us)},
+        {"attention", FamilyRoofline("attention", xserv::tools::AttentionCost(c, *shape), peaks,
+                                     attention_us)}};
   }
   return out;
 }
@@ -234,14 +253,29 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   runner.TakeEnqueueSeconds();
   std::printf("profile, batch %d:\n", batch);
   Json out;
+  // The roofline's shapes: one prefill of prompt_len rows per sequence (logits of the last), then
+  // decode steps over an average context of prompt_len + (gen_len - 1) / 2 cached tokens.
+  const bool dense = c.moe.num_experts == 0;
+  const double bytes_per_weight = cfg.fp8_matmuls && cfg.quantize_fp8 ? 1.0 : 2.0;
+  const xserv::tools::PhaseShape prefill_shape{.batch = batch,
+                                               .new_tokens = cfg.prompt_len,
+                                               .logits_rows = batch,
+                                               .linear_bytes_per_weight = bytes_per_weight};
+  const xserv::tools::PhaseShape decode_shape{
+      .batch = batch,
+      .new_tokens = 1,
+      .context = cfg.prompt_len + (cfg.gen_len - 1) / 2.0,
+      .logits_rows = batch,
+      .linear_bytes_per_weight = bytes_per_weight};
   ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
-  ASSIGN_OR_RETURN(out["prefill"], PhaseProfile(cuda, runner, 1, 0, "prefill"));
+  ASSIGN_OR_RETURN(out["prefill"], PhaseProfile(cuda, runner, 1, cfg, c,
+                                                dense ? &prefill_shape : nullptr, "prefill"));
   for (int i = 0; i < cfg.gen_len; ++i) {
     for (int s = 0; s < batch; ++s) step_tokens[s] = {next[s]};
     ASSIGN_OR_RETURN(next, runner.Step(step_tokens, cfg.prompt_len + i, tables));
   }
-  ASSIGN_OR_RETURN(out["decode"],
-                   PhaseProfile(cuda, runner, cfg.gen_len, LinearWeightBytes(c), "decode"));
+  ASSIGN_OR_RETURN(out["decode"], PhaseProfile(cuda, runner, cfg.gen_len, cfg, c,
+                                               dense ? &decode_shape : nullptr, "decode"));
   runner.set_before_forward(nullptr);
   return out;
 }
@@ -294,6 +328,8 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
         {"fp8_matmuls", cfg.fp8_matmuls},
         {"flash_prefill", cfg.flash_prefill},
+        {"peak_read_gb_s", cfg.peak_read_gb_s},
+        {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
         {"batches", cfg.batches}}},
       {"metrics", std::move(metrics)}};
@@ -428,6 +464,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--profile-ops", cfg.profile_ops,
                "cuda: one more run per batch size timing every op on the GPU (see the header)");
+  app.add_option("--peak-read-gbs", cfg.peak_read_gb_s,
+                 "--profile-ops roofline: the device's read bandwidth, GB/s")
+      ->capture_default_str();
+  app.add_option("--peak-tflops", cfg.peak_bf16_tflop_s,
+                 "--profile-ops roofline: the device's bf16 tensor-core rate, TFLOP/s")
+      ->capture_default_str();
   app.add_option("--profile-hold-us", cfg.hold_us,
                  "--profile-ops: device hold before each step; must exceed its queueing time")
       ->capture_default_str();

@@ -1,0 +1,60 @@
+// The engine bench's roofline arithmetic on Qwen3-8B's shapes, against numbers worked out by hand.
+#include "worker/tools/roofline.h"
+
+#include "gtest/gtest.h"
+
+namespace xserv::tools {
+namespace {
+
+ModelConfig Qwen3_8B() {
+  ModelConfig c;
+  c.architecture = Architecture::kQwen3;
+  c.hidden_size = 4096;
+  c.head_dim = 128;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.intermediate_size = 12288;
+  c.num_layers = 36;
+  c.vocab_size = 151936;
+  return c;
+}
+
+TEST(Roofline, MatmulBytesAndFlopsOfAQwen3DecodeStep) {
+  const ModelConfig c = Qwen3_8B();
+  // 36 x (4096 x 128 x (2 x 32 + 2 x 8) + 3 x 4096 x 12288) and 151,936 x 4,096.
+  EXPECT_DOUBLE_EQ(DecoderLinearParams(c), 6945767424.0);
+  EXPECT_DOUBLE_EQ(LmHeadParams(c), 622329856.0);
+  const FamilyCost one = MatmulCost(c, PhaseShape{.batch = 1, .logits_rows = 1});
+  EXPECT_DOUBLE_EQ(one.bytes, 2.0 * (6945767424.0 + 622329856.0));  // 15.14 GB (docs)
+  EXPECT_DOUBLE_EQ(one.flops, 2.0 * (6945767424.0 + 622329856.0));
+  // Batch 1 is bandwidth-bound: 15.14 GB at 4.22 TB/s = 3.587 ms.
+  EXPECT_NEAR(RooflineUs(one, DevicePeaks{}), 3587.0, 1.0);
+  EXPECT_NEAR(RooflineFraction(one, DevicePeaks{}, 5530.0), 3587.0 / 5530.0, 1e-3);
+  // FP8 linears halve their bytes, not the lm_head's.
+  const FamilyCost fp8 =
+      MatmulCost(c, PhaseShape{.batch = 1, .logits_rows = 1, .linear_bytes_per_weight = 1});
+  EXPECT_DOUBLE_EQ(fp8.bytes, 6945767424.0 + 2.0 * 622329856.0);
+  // A 2,048-token prefill with one logits row is compute-bound: 28.45 TFLOP at 790 TFLOP/s.
+  const FamilyCost prefill = MatmulCost(c, PhaseShape{.batch = 1, .new_tokens = 2048,
+                                                      .logits_rows = 1});
+  EXPECT_DOUBLE_EQ(prefill.flops, 2.0 * (2048.0 * 6945767424.0 + 622329856.0));
+  EXPECT_NEAR(RooflineUs(prefill, DevicePeaks{}), prefill.flops / 790e12 * 1e6, 1e-6);
+  EXPECT_EQ(RooflineFraction(prefill, DevicePeaks{}, 0.0), 0.0);
+}
+
+TEST(Roofline, AttentionReadsTheCacheAndCountsCausalPairs) {
+  const ModelConfig c = Qwen3_8B();
+  // Decode: 64 sequences, 160 cached tokens each; K and V rows of 8 x 128 bf16 per layer.
+  const FamilyCost decode =
+      AttentionCost(c, PhaseShape{.batch = 64, .new_tokens = 1, .context = 160});
+  const double kv_row = 2.0 * 8 * 128 * 2;  // 4 KiB
+  EXPECT_DOUBLE_EQ(decode.bytes, 36.0 * 64 * 161 * kv_row);
+  EXPECT_DOUBLE_EQ(decode.flops, 36.0 * 64 * 1 * 161 * 32 * 128 * 4);
+  // Prefill of 2,048 new tokens: the causal pairs sum to 2048 * 2049 / 2.
+  const FamilyCost prefill = AttentionCost(c, PhaseShape{.batch = 1, .new_tokens = 2048});
+  EXPECT_DOUBLE_EQ(prefill.flops, 36.0 * (2048.0 * 2049.0 / 2.0) * 32 * 128 * 4);
+  EXPECT_DOUBLE_EQ(prefill.bytes, 36.0 * 2048 * kv_row);
+}
+
+}  // namespace
+}  // namespace xserv::tools

@@ -1,0 +1,47 @@
+// What a profiled engine step should cost at the GPU's limits, per kernel family, for the engine
+// bench's reports (issue 9: every result states the roofline and the achieved fraction):
+//   matmul     the linear weights streamed (bytes) and 2 * rows * weights flops;
+//   attention  the KV cache read (decode: bytes) and the causal score/value products (flops).
+// Dense models only (the experts a MoE step reads depend on its routing). Pure arithmetic.
+#pragma once
+
+#include <cstdint>
+
+#include "common/model_config/model_config.h"
+
+namespace xserv::tools {
+
+// Measured ceilings of one H200 (../shared/GPU.md): pure read bandwidth and bf16 GEMM rate.
+struct DevicePeaks {
+  double read_gb_s = 4220;
+  double bf16_tflop_s = 790;
+};
+
+// One profiled phase of the bench: `batch` sequences each computing `new_tokens` rows per step
+// after `context` cached tokens (a decode phase's average context), `logits_rows` lm_head rows.
+struct PhaseShape {
+  int64_t batch = 1;
+  int64_t new_tokens = 1;
+  double context = 0;
+  int64_t logits_rows = 1;
+  double linear_bytes_per_weight = 2;  // bf16; 1 for FP8 weights kept FP8
+};
+
+struct FamilyCost {
+  double bytes = 0;  // at least this much is read from HBM
+  double flops = 0;
+};
+
+// The decoder linears' weights (q, k, v, o, MLP) and the lm_head of `c`, in parameters.
+double DecoderLinearParams(const ModelConfig& c);
+double LmHeadParams(const ModelConfig& c);
+
+FamilyCost MatmulCost(const ModelConfig& c, const PhaseShape& s);
+FamilyCost AttentionCost(const ModelConfig& c, const PhaseShape& s);
+
+// The time a family needs at the peaks (the slower of streaming its bytes and doing its flops),
+// and the fraction of that bound a measured time reaches (1 = at the roofline).
+double RooflineUs(const FamilyCost& cost, const DevicePeaks& peaks);
+double RooflineFraction(const FamilyCost& cost, const DevicePeaks& peaks, double measured_us);
+
+}  // namespace xserv::tools
