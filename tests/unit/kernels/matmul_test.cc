@@ -16,6 +16,30 @@ namespace {
 // device kernels that split K.
 constexpr Tolerance kMatmulTol{.f32 = 1e-5, .bf16 = 1e-2};
 
+// out[i, j] = sum_p x[i, x_pad + p] * w[j, p] (+ b[j]) in double, with sum_p |x w| (+ |b|) as the
+// scale the tolerance is relative to; x rows are `ld` apart.
+struct Reference {
+  std::vector<double> expected, scale;
+};
+Reference DoubleReference(const std::vector<float>& x, int64_t ld, int64_t x_pad,
+                          const std::vector<float>& w, const std::vector<float>* b, int64_t m,
+                          int64_t n, int64_t k) {
+  Reference ref{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double dot = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double prod = static_cast<double>(x[i * ld + x_pad + p]) * w[j * k + p];
+        dot += prod;
+        mag += std::abs(prod);
+      }
+      ref.expected[i * n + j] = dot + (b != nullptr ? (*b)[j] : 0.0);
+      ref.scale[i * n + j] = mag + (b != nullptr ? std::abs((*b)[j]) : 0.0);
+    }
+  }
+  return ref;
+}
+
 struct MatmulCase {
   int64_t m, k, n;
   bool bias;
@@ -55,20 +79,8 @@ TEST_P(MatmulOpTest, MatchesReference) {
       continue;
     }
     ASSERT_TRUE(status.ok()) << status;
-    std::vector<double> expected(c.m * c.n), scale(c.m * c.n);
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double dot = 0, mag = 0;
-        for (int64_t p = 0; p < c.k; ++p) {
-          const double prod = static_cast<double>(x[i * ld + c.x_pad + p]) * w[j * c.k + p];
-          dot += prod;
-          mag += std::abs(prod);
-        }
-        expected[i * c.n + j] = dot + (c.bias ? b[j] : 0.0);
-        scale[i * c.n + j] = mag + (c.bias ? std::abs(b[j]) : 0.0);
-      }
-    }
-    EXPECT_TRUE(AllWithin(Download(out), expected, scale, Tol(kMatmulTol)));
+    const Reference ref = DoubleReference(x, ld, c.x_pad, w, c.bias ? &b : nullptr, c.m, c.n, c.k);
+    EXPECT_TRUE(AllWithin(Download(out), ref.expected, ref.scale, Tol(kMatmulTol)));
   }
 }
 
@@ -116,20 +128,9 @@ TEST_P(MatmulOpTest, Fp8WeightsMatchTheirDecodedReference) {
     Tensor out = Poisoned({c.m, c.n});
     const absl::Status status = backend().MatmulFp8(tx, weight, c.bias ? &tb : nullptr, out);
     ASSERT_TRUE(status.ok()) << status;
-    std::vector<double> expected(c.m * c.n), scale(c.m * c.n);
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double dot = 0, mag = 0;
-        for (int64_t p = 0; p < c.k; ++p) {
-          const double prod = static_cast<double>(x[i * ld + c.x_pad + p]) * decoded[j * c.k + p];
-          dot += prod;
-          mag += std::abs(prod);
-        }
-        expected[i * c.n + j] = dot + (c.bias ? b[j] : 0.0);
-        scale[i * c.n + j] = mag + (c.bias ? std::abs(b[j]) : 0.0);
-      }
-    }
-    EXPECT_TRUE(AllWithin(Download(out), expected, scale, Tol(kMatmulTol)));
+    const Reference ref =
+        DoubleReference(x, ld, c.x_pad, decoded, c.bias ? &b : nullptr, c.m, c.n, c.k);
+    EXPECT_TRUE(AllWithin(Download(out), ref.expected, ref.scale, Tol(kMatmulTol)));
   }
 }
 
