@@ -53,6 +53,7 @@ struct WorkerFlags {
   bool flash_prefill = false;
   bool fp8_matmuls = false;
   bool pp_nccl = false;
+  double step_timeout_s = -1;
   bool pp_overlap = true;
   std::string quantization = "none";
   std::string host = "127.0.0.1";
@@ -496,6 +497,8 @@ int Run(const WorkerFlags& f) {
     spdlog::error("engine: {}", engine.status().ToString());
     return fail(1);
   }
+  service.SetStepTimeout(f.step_timeout_s >= 0 ? f.step_timeout_s
+                                               : (f.backend == "cuda" ? 120.0 : 0.0));
   service.SetEngine(engine->get(), identity);
   (*engine)->Start();
   service.SetServing();
@@ -562,6 +565,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")
+      ->capture_default_str();
+  app.add_option("--step-timeout-s", f.step_timeout_s,
+                 "health turns FAILED while one engine step runs longer than this (the supervisor "
+                 "then restarts the replica); 0: never; -1: 120 on cuda, never on cpu")
       ->capture_default_str();
   app.add_option("--pp-nccl", f.pp_nccl,
                  "cuda, experimental: pipeline stages hand hidden states over with NCCL send/recv "

@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--router-arg", t.router_args, "extra router flag (repeatable)");
   app.add_flag("--workers-only", workers_only, "do not start a router");
   app.add_option("--grace-period-s", t.grace_period_s)->capture_default_str();
+  app.add_option("--unhealthy-restart-s", t.unhealthy_restart_s,
+                 "restart a ready replica whose leader fails health probes this long (0: never)")
+      ->capture_default_str();
   app.add_option("--bin-dir", bin_dir, "where xserv-worker/xserv-router are (default: beside me)");
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-supervisor")) {
     return *code;

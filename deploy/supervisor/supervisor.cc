@@ -151,13 +151,50 @@ void Supervisor::ReapChildren() {
   }
 }
 
-bool Supervisor::LeaderServing(Replica& replica, std::string* detail) {
+std::optional<wv1::HealthResponse> Supervisor::LeaderHealth(Replica& replica) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   wv1::HealthResponse health;
-  if (!replica.leader->Health(&ctx, wv1::HealthRequest(), &health).ok()) return false;
-  if (detail != nullptr) *detail = health.detail();
-  return health.state() == wv1::HealthResponse::STATE_SERVING;
+  if (!replica.leader->Health(&ctx, wv1::HealthRequest(), &health).ok()) return std::nullopt;
+  return health;
+}
+
+bool Supervisor::LeaderServing(Replica& replica, std::string* detail) {
+  const std::optional<wv1::HealthResponse> health = LeaderHealth(replica);
+  if (!health) return false;
+  if (detail != nullptr) *detail = health->detail();
+  return health->state() == wv1::HealthResponse::STATE_SERVING;
+}
+
+void Supervisor::ProbeReady() {
+  if (topology_.unhealthy_restart_s <= 0) return;
+  const auto limit = std::chrono::milliseconds(
+      static_cast<int64_t>(topology_.unhealthy_restart_s * 1000));
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    Replica& replica = replicas_[r];
+    if (replica.state != ReplicaState::kReady) continue;
+    const auto now = Clock::now();
+    if (now - replica.probed_at < std::chrono::seconds(1)) continue;
+    replica.probed_at = now;
+    const std::optional<wv1::HealthResponse> health = LeaderHealth(replica);
+    const bool healthy = health && (health->state() == wv1::HealthResponse::STATE_SERVING ||
+                                    health->state() == wv1::HealthResponse::STATE_DRAINING);
+    if (healthy) {
+      replica.healthy_at = Clock::now();
+      continue;
+    }
+    if (Clock::now() - replica.healthy_at < limit) continue;
+    const std::string why = health ? absl::StrCat("reports ", wv1::HealthResponse::State_Name(
+                                                                  health->state()),
+                                                  " ", health->detail())
+                                   : std::string("does not answer health probes");
+    const auto delay = replica.backoff.OnFailure(Uptime(replica.ranks[0].started));
+    spdlog::warn("replica {}: the leader {} for {:.0f} s; killing it, restarting in {} ms", r,
+                 why, topology_.unhealthy_restart_s, delay.count());
+    replica.state = ReplicaState::kBackoff;
+    replica.restart_at = Clock::now() + delay;
+    KillReplica(r, SIGKILL);  // SIGKILL ends a stopped or hung process too
+  }
 }
 
 void Supervisor::ProbeStarting() {
@@ -170,6 +207,7 @@ void Supervisor::ProbeStarting() {
     }
     if (replica.state == ReplicaState::kStarting && LeaderServing(replica, &replica.progress)) {
       replica.state = ReplicaState::kReady;
+      replica.healthy_at = replica.probed_at = Clock::now();
       spdlog::info("replica {} ready after {:.1f} s", r, SecondsSince(replica.ranks[0].started));
     }
   }
@@ -242,6 +280,7 @@ int Supervisor::Run() {
     }
     ReapChildren();
     ProbeStarting();
+    ProbeReady();
     int ready = 0;
     for (const Replica& replica : replicas_) ready += replica.state == ReplicaState::kReady;
     // The router starts once every replica is ready the first time (or after 10 minutes with

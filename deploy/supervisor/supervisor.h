@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ class Supervisor {
     std::unique_ptr<xserv::worker::v1::Worker::Stub> leader;
     uint64_t epoch = 0;  // launches so far: the ranks of one launch share it (--replica-epoch)
     std::string progress;  // the leader's last STARTING detail
+    // kReady: when the leader last answered healthy, and when it was last probed.
+    Clock::time_point healthy_at{}, probed_at{};
   };
 
   bool Launch(Child& child);
@@ -51,9 +54,14 @@ class Supervisor {
   void KillReplica(size_t r, int sig);
   void ReapChildren();
   void ProbeStarting();
+  // Ready replicas: a leader that has not answered healthy (SERVING or DRAINING) for
+  // unhealthy_restart_s is killed with its replica, which is then restarted with backoff.
+  void ProbeReady();
   // Health of the replica's leader: true when SERVING; `detail` gets the state's detail (e.g.
   // weight-loading progress while STARTING).
   bool LeaderServing(Replica& replica, std::string* detail = nullptr);
+  // The leader's health state; nullopt when it does not answer within the probe deadline.
+  std::optional<xserv::worker::v1::HealthResponse> LeaderHealth(Replica& replica);
   void Drain();
   bool WaitExit(std::vector<Child*> children, std::chrono::milliseconds timeout);
   std::vector<std::string> WorkerArgv(int replica, int rank, uint64_t epoch) const;

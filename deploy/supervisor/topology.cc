@@ -41,6 +41,9 @@ absl::Status Topology::Validate() const {
     return absl::InvalidArgumentError("worker ports run past 65535");
   }
   if (grace_period_s < 0) return absl::InvalidArgumentError("grace period must be >= 0");
+  if (unhealthy_restart_s < 0) {
+    return absl::InvalidArgumentError("--unhealthy-restart-s must be >= 0");
+  }
   return absl::OkStatus();
 }
 
@@ -55,7 +58,8 @@ absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
   }
   static const std::set<std::string> kKeys = {
       "model", "backend", "tp", "pp", "replicas", "devices", "host", "worker_host", "http_port",
-      "grpc_port", "worker_base_port", "worker_args", "router_args", "start_router", "grace_period_s"};
+      "grpc_port", "worker_base_port", "worker_args", "router_args", "start_router", "grace_period_s",
+      "unhealthy_restart_s"};
   for (const auto& [key, value] : j.items()) {
     if (!kKeys.contains(key)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key '", key, "'"));
@@ -78,6 +82,7 @@ absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
     t.router_args = j.value("router_args", t.router_args);
     t.start_router = j.value("start_router", t.start_router);
     t.grace_period_s = j.value("grace_period_s", t.grace_period_s);
+    t.unhealthy_restart_s = j.value("unhealthy_restart_s", t.unhealthy_restart_s);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }

@@ -28,6 +28,9 @@ struct Topology {
   bool start_router = true;            // false: workers only (compose "workers" service)
   double grace_period_s = 35;          // SIGTERM drain budget: the workers' 30 s drain plus the
                                        // leader's stop of its peers and server shutdown
+  double unhealthy_restart_s = 30;     // a ready replica whose leader answers no health probe,
+                                       // or reports FAILED, this long is restarted (a hung rank
+                                       // or collective); 0: never
 
   int ranks_per_replica() const { return tp * pp; }
   int WorkerPort(int replica, int rank) const {
@@ -41,7 +44,7 @@ struct Topology {
 
 // Reads a JSON topology file whose keys match the flag names (model, backend, tp, pp, replicas,
 // devices, host, worker_host, http_port, grpc_port, worker_base_port, worker_args, router_args,
-// start_router, grace_period_s). Unknown keys are an error.
+// start_router, grace_period_s, unhealthy_restart_s). Unknown keys are an error.
 absl::StatusOr<Topology> LoadTopologyFile(const std::string& path);
 
 }  // namespace xserv::supervisor

@@ -1,13 +1,15 @@
 // The main job end to end: xserv-supervisor launches a worker replica and the router; requests
 // are served; kill -9 of the worker gives clean errors, the replica is restarted and serves again
 // (time to recovery measured); kill -9 of the router gets it restarted; SIGTERM drains in-flight
-// requests and exits 0.
+// requests and exits 0. A worker or a peer rank that hangs (SIGSTOP) gets its replica restarted.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -94,6 +96,88 @@ TEST(Supervisor, ServesHealsAndDrains) {
   EXPECT_TRUE(ChildrenNamed(supervisor.pid() > 0 ? supervisor.pid() : -supervisor.pid(),
                             "xserv-worker")
                   .empty());
+}
+
+// A worker that stops answering (SIGSTOP: a hung process, as a rank stuck in a collective looks
+// to its probes) is killed and its replica restarted once it has been unhealthy for
+// --unhealthy-restart-s; requests are served again afterwards.
+TEST(Supervisor, RestartsAReplicaThatStopsAnswering) {
+  const std::string model = MakeTinyModel("qwen3", "qwen3");
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess supervisor;
+  ASSERT_TRUE(StartSmallStack(supervisor, model, {"--unhealthy-restart-s", "2"}))
+      << supervisor.Log();
+  const int port = supervisor.port();
+  ASSERT_EQ(Post(port, "/v1/chat/completions", Chat(4)).status, 200) << supervisor.Log();
+  std::vector<pid_t> workers = ChildrenNamed(supervisor.pid(), "xserv-worker");
+  ASSERT_EQ(workers.size(), 1u);
+  const pid_t hung = workers[0];
+  const auto stopped_at = Clock::now();
+  ASSERT_EQ(kill(hung, SIGSTOP), 0);
+  double recovery_s = -1;
+  while (Clock::now() - stopped_at < std::chrono::seconds(90)) {
+    std::vector<pid_t> now = ChildrenNamed(supervisor.pid(), "xserv-worker");
+    if (now.size() == 1 && now[0] != hung &&
+        Post(port, "/v1/chat/completions", Chat(4)).status == 200) {
+      recovery_s = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_GT(recovery_s, 0) << supervisor.Log();
+  EXPECT_GE(recovery_s, 2.0) << "restarted before the replica was unhealthy for 2 s";
+  EXPECT_NE(supervisor.Log().find("does not answer health probes"), std::string::npos)
+      << supervisor.Log();
+  EXPECT_EQ(kill(hung, 0), -1) << "the stopped worker was not killed";
+  std::cout << "stopped worker -> serving again after " << recovery_s << " s\n";
+  EXPECT_EQ(supervisor.Stop(SIGTERM, std::chrono::seconds(60)), 0) << supervisor.Log();
+}
+
+// A TP=2 replica whose peer rank hangs (SIGSTOP) while a request is in flight: the leader stays
+// up but its step waits in the all-reduce, so after --step-timeout-s its health turns FAILED and
+// the supervisor restarts the whole replica; requests are served again afterwards.
+TEST(Supervisor, RestartsAReplicaWhosePeerRankHangs) {
+  const std::string model = MakeTinyModel("qwen3", "qwen3");
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess supervisor;
+  ASSERT_TRUE(StartSmallStack(supervisor, model,
+                              {"--tp", "2", "--unhealthy-restart-s", "1",
+                               "--worker-arg=--step-timeout-s", "--worker-arg=1"}))
+      << supervisor.Log();
+  const int port = supervisor.port();
+  ASSERT_EQ(Post(port, "/v1/chat/completions", Chat(4)).status, 200) << supervisor.Log();
+  const std::vector<pid_t> before = ChildrenNamed(supervisor.pid(), "xserv-worker");
+  ASSERT_EQ(before.size(), 2u);
+  pid_t peer = -1;  // the rank started with --tp-rank 1
+  for (pid_t pid : before) {
+    std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
+    const std::string args((std::istreambuf_iterator<char>(cmdline)), {});
+    if (args.find(std::string("--tp-rank\0" "1", 11)) != std::string::npos) peer = pid;
+  }
+  ASSERT_GT(peer, 0);
+  const auto stopped_at = Clock::now();
+  ASSERT_EQ(kill(peer, SIGSTOP), 0);
+  // The step this request starts cannot finish: it ends with an error once the replica dies.
+  auto stuck = std::async(std::launch::async, [&] {
+    return Post(port, "/v1/chat/completions", Chat(4));
+  });
+  double recovery_s = -1;
+  while (Clock::now() - stopped_at < std::chrono::seconds(120)) {
+    std::vector<pid_t> now = ChildrenNamed(supervisor.pid(), "xserv-worker");
+    const bool replaced = now.size() == 2 && std::find(now.begin(), now.end(), peer) == now.end();
+    if (replaced && Post(port, "/v1/chat/completions", Chat(4)).status == 200) {
+      recovery_s = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_GT(recovery_s, 0) << supervisor.Log();
+  EXPECT_NE(supervisor.Log().find("probably hung"), std::string::npos) << supervisor.Log();
+  const HttpResult failed = stuck.get();
+  EXPECT_NE(failed.status, 200) << failed.body;
+  EXPECT_TRUE(failed.Json().contains("error")) << failed.body;
+  std::cout << "hung peer rank -> serving again after " << recovery_s << " s\n";
+  EXPECT_EQ(supervisor.Stop(SIGTERM, std::chrono::seconds(60)), 0) << supervisor.Log();
 }
 
 }  // namespace

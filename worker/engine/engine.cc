@@ -468,6 +468,14 @@ void Engine::FailAll(const absl::Status& status) {
   live_ids_.clear();
 }
 
+double Engine::StepRunningSeconds() const {
+  const int64_t started = step_started_ns_.load();
+  if (started == 0) return 0;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  return static_cast<double>(now - started) * 1e-9;
+}
+
 void Engine::UpdateLoad(double step_ms) {
   const SchedulerStats stats = scheduler_->Stats();
   std::lock_guard<std::mutex> lock(mu_);
@@ -520,7 +528,10 @@ void Engine::Loop() {
     }
     DrainInbox();
     const auto start = std::chrono::steady_clock::now();
+    step_started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           start.time_since_epoch()).count();
     const absl::StatusOr<bool> step = RunStep();
+    step_started_ns_ = 0;
     if (!step.ok()) {
       FailAll(step.status());
       return;

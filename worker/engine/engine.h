@@ -109,6 +109,9 @@ class Engine {
   bool Abort(const std::string& request_id);
 
   EngineLoad Load() const;
+  // How long the loop has been in its current step (0 when between steps): a step that does not
+  // end (a peer rank or a collective hung) shows here. Any thread.
+  double StepRunningSeconds() const;
   int64_t num_live_requests() const;
   absl::Status failure() const;
   const model::Model& model() const { return *model_; }
@@ -173,6 +176,8 @@ class Engine {
   absl::Status failure_;
   EngineLoad load_;
   StepPhaseTimes phases_{std::chrono::steady_clock::now()};  // loop thread
+  // steady_clock nanoseconds when the current step began; 0 between steps.
+  std::atomic<int64_t> step_started_ns_{0};
   std::thread thread_;
 };
 

@@ -78,9 +78,16 @@ grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* con
                                                 const wv1::HealthRequest*,
                                                 wv1::HealthResponse* response) {
   engine::Engine* engine = engine_.load();
+  const double step_s = engine != nullptr ? engine->StepRunningSeconds() : 0;
+  const double timeout_s = step_timeout_s_;
   if (engine != nullptr && !engine->failure().ok()) {
     response->set_state(wv1::HealthResponse::STATE_FAILED);
     response->set_detail(engine->failure().ToString());
+  } else if (timeout_s > 0 && step_s > timeout_s) {
+    response->set_state(wv1::HealthResponse::STATE_FAILED);
+    response->set_detail(absl::StrFormat(
+        "the engine has been in one step for %.1f s (--step-timeout-s %.1f): a peer rank or a "
+        "collective is probably hung", step_s, timeout_s));
   } else if (draining_) {
     response->set_state(wv1::HealthResponse::STATE_DRAINING);
   } else if (serving_) {

@@ -43,6 +43,9 @@ class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
   // Health reports SERVING once set; DRAINING after SetDraining. Before that, STARTING with the
   // weight-loading progress set here as its detail.
   void SetServing() { serving_ = true; }
+  // > 0: Health reports FAILED while the engine has been in one step longer than this (a hung
+  // peer rank or collective), so the supervisor restarts the replica.
+  void SetStepTimeout(double seconds) { step_timeout_s_ = seconds; }
   void SetLoadProgress(uint64_t loaded_bytes, uint64_t checkpoint_bytes) {
     loaded_bytes_ = loaded_bytes;
     checkpoint_bytes_ = checkpoint_bytes;
@@ -79,6 +82,7 @@ class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
   std::atomic<bool> serving_{false};
   std::atomic<uint64_t> loaded_bytes_{0}, checkpoint_bytes_{0};
   std::atomic<bool> draining_{false};
+  std::atomic<double> step_timeout_s_{0};
 };
 
 }  // namespace xserv::worker
