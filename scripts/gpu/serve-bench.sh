@@ -51,6 +51,8 @@ bench() {  # name, xserv-bench args...
     --hardware "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
     --out "$OUT/serve-bench-$tagged-$name.json" --log-level warn "$@" 2>&1 | grep --line-buffered -v "^concurrency .*\[" 
   note "$name done (rc ${PIPESTATUS[0]})"
+  # The leader's latest per-step host phases (logged every 10 s while it works).
+  grep -o "engine: .*" "$OUT/serve-bench-$tagged-serve.log" | tail -1 | sed "s/^/[$tagged $name] /"
 }
 bench ttft --concurrency 1 --requests "${TTFT_REQUESTS:-5}" --warmup 1 \
   --input-len "${TTFT_LEN:-2048}" --output-len 1
