@@ -284,9 +284,10 @@ void Engine::DeliverFinished(const FinishedRequest& finished) {
   info.queue_time_s = Seconds(l.arrival, l.first_scheduled.value_or(now));
   info.time_to_first_token_s = l.first_token ? Seconds(l.arrival, *l.first_token) : 0.0;
   if (l.WantsPromptLogprobs() || (!l.prompt_logprobs_sent && !l.prompt_logprobs.empty())) {
-    l.params.sink->OnTokens({}, std::move(l.prompt_logprobs));  // e.g. aborted after prefill
+    // e.g. aborted after prefill
+    outbox_.push_back({.sink = l.params.sink, .prompt_logprobs = std::move(l.prompt_logprobs)});
   }
-  l.params.sink->OnFinished(info);
+  outbox_.push_back({.sink = l.params.sink, .finished = info});
   {
     std::lock_guard<std::mutex> lock(mu_);
     live_ids_.erase(l.params.request_id);
@@ -368,6 +369,11 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
     ScopedPhase timed(phases_, StepPhase::kForward);
     ASSIGN_OR_RETURN(logits, runner_.Run(step));
   }
+  {
+    // The previous step's tokens go out while the device runs this one.
+    ScopedPhase timed(phases_, StepPhase::kOutput);
+    FlushOutbox();
+  }
   if (!plan.HasWork()) return absl::OkStatus();
   int64_t tokens = 0;
   for (const DeviceChunk& c : step.chunks) tokens += static_cast<int64_t>(c.tokens.size());
@@ -447,13 +453,27 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
       l.prompt_logprobs.clear();
       l.prompt_logprobs_sent = true;
     }
-    l.params.sink->OnTokens({out}, std::move(prompt_logprobs));
+    outbox_.push_back({.sink = l.params.sink,
+                       .tokens = {std::move(out)},
+                       .prompt_logprobs = std::move(prompt_logprobs)});
   }
   return scheduler_->OnStepResult(result);
 }
 
+void Engine::FlushOutbox() {
+  std::vector<Delivery> batch;
+  batch.swap(outbox_);
+  for (Delivery& d : batch) {
+    if (!d.tokens.empty() || !d.prompt_logprobs.empty()) {
+      d.sink->OnTokens(std::move(d.tokens), std::move(d.prompt_logprobs));
+    }
+    if (d.finished) d.sink->OnFinished(*d.finished);
+  }
+}
+
 void Engine::FailAll(const absl::Status& status) {
   spdlog::critical("engine failed: {}", status.ToString());
+  FlushOutbox();  // what was decided before the failure still reaches its streams
   {
     std::lock_guard<std::mutex> lock(mu_);
     failure_ = status;
@@ -496,6 +516,13 @@ void Engine::Loop() {
         return stop_ || published || !inbox_adds_.empty() || !inbox_aborts_.empty() ||
                (progressed && scheduler_->HasPendingWork());
       };
+      // No step is about to launch: stream what is waiting before the loop sleeps (sinks are
+      // called without the lock: they may call back into Abort).
+      if (!outbox_.empty() && !ready()) {
+        lock.unlock();
+        FlushOutbox();
+        lock.lock();
+      }
       // A step that did nothing (requests waiting on something) is retried after a pause
       // rather than spun on. (Every wait below returns at once while `ready` holds.)
       if (scheduler_->HasPendingWork() && !progressed) {
@@ -553,6 +580,7 @@ void Engine::Loop() {
     }
   }
   pending_.clear();
+  FlushOutbox();  // every decided token and finish before the aborts below
   absl::Status stopped = Publish(DeviceStep{.kind = DeviceStep::Kind::kStop});
   if (stopped.ok() && plans_ != nullptr) stopped = plans_->Flush();
   if (!stopped.ok()) spdlog::warn("telling the peer ranks to stop: {}", stopped.ToString());

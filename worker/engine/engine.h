@@ -143,6 +143,8 @@ class Engine {
   // Sends `step` to the peer ranks (no-op without step_comm).
   absl::Status Publish(const DeviceStep& step);
   void DeliverFinished(const FinishedRequest& finished);
+  // Streams what the outbox holds to the sinks, in order (loop thread, no lock held).
+  void FlushOutbox();
   void FailAll(const absl::Status& status);
   void UpdateLoad(double step_ms);
 
@@ -161,6 +163,17 @@ class Engine {
   std::unique_ptr<PlanChannel> plans_;  // to the peer ranks (multi-rank replicas)
 
   // Loop-thread state.
+  // Token and finish deliveries not yet handed to their sinks: a step's are flushed once the
+  // next step has been launched, so the host streams them while the device computes (async
+  // output processing), or before the loop waits. One queue keeps each request's order (its
+  // tokens, then its finish).
+  struct Delivery {
+    std::shared_ptr<OutputSink> sink;
+    std::vector<TokenOutput> tokens;
+    std::vector<sampling::PositionLogprobs> prompt_logprobs;
+    std::optional<FinishInfo> finished;
+  };
+  std::vector<Delivery> outbox_;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
   RequestId next_id_ = 1;
 
