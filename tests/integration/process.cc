@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace xserv::testing {
 
@@ -17,9 +21,34 @@ std::string SourcePath(const std::string& relative) {
   return std::string(XSERV_SOURCE_DIR) + "/" + relative;
 }
 
+namespace {
+
+// Every directory MakeTempDir made in this process, removed when it exits (a full test run makes
+// thousands: left behind they filled a 250 GB disk); XSERV_KEEP_TEST_DIRS=1 keeps them.
+std::mutex temp_dirs_mu;
+std::vector<std::string>* temp_dirs = nullptr;
+
+void RemoveTempDirs() {
+  if (std::getenv("XSERV_KEEP_TEST_DIRS") != nullptr) return;
+  std::lock_guard<std::mutex> lock(temp_dirs_mu);
+  for (const std::string& dir : *temp_dirs) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+}
+
+}  // namespace
+
 std::string MakeTempDir() {
   std::string templ = "/tmp/xserv-test-XXXXXX";
-  return mkdtemp(templ.data());
+  const std::string dir = mkdtemp(templ.data());
+  std::lock_guard<std::mutex> lock(temp_dirs_mu);
+  if (temp_dirs == nullptr) {
+    temp_dirs = new std::vector<std::string>();  // never freed: atexit may run late
+    std::atexit(RemoveTempDirs);
+  }
+  temp_dirs->push_back(dir);
+  return dir;
 }
 
 ChildProcess::~ChildProcess() {
