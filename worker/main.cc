@@ -49,10 +49,11 @@ struct WorkerFlags {
   std::string backend = "cpu";
   bool batch_invariant = false;
   bool cuda_graphs = true;
-  bool tp_cuda_graphs = false;
-  bool flash_prefill = false;
+  bool tp_cuda_graphs = true;
+  bool flash_prefill = true;
+  bool decode_attention = false;
   bool fp8_matmuls = false;
-  bool pp_nccl = false;
+  bool pp_nccl = true;
   double step_timeout_s = -1;
   bool pp_overlap = true;
   std::string quantization = "none";
@@ -100,7 +101,8 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
                      kernels::cuda::CudaBackend::Create(
                          {.device = 0,
                           .batch_invariant = f.batch_invariant,
-                          .flash_prefill = f.flash_prefill}));
+                          .flash_prefill = f.flash_prefill,
+                          .decode_attention = f.decode_attention}));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -571,8 +573,8 @@ int main(int argc, char** argv) {
                  "then restarts the replica); 0: never; -1: 120 on cuda, never on cpu")
       ->capture_default_str();
   app.add_option("--pp-nccl", f.pp_nccl,
-                 "cuda, experimental: pipeline stages hand hidden states over with NCCL send/recv "
-                 "on the compute stream (no host copy); not yet verified on GPUs")
+                 "cuda: pipeline stages hand hidden states over with NCCL send/recv on the "
+                 "compute stream (no host copy); false: through host memory")
       ->capture_default_str();
   app.add_option("--fp8-matmuls", f.fp8_matmuls,
                  "cuda, experimental: keep FP8 weights (an FP8 checkpoint or --quantization fp8) "
@@ -580,12 +582,16 @@ int main(int argc, char** argv) {
                  "more traffic above); false decodes them to bf16 at load")
       ->capture_default_str();
   app.add_option("--flash-prefill", f.flash_prefill,
-                 "cuda, experimental: prefill attention on tensor cores for prompts of >= 16 "
-                 "tokens (head_dim 64/128); not yet verified on GPUs")
+                 "cuda: prefill attention on tensor cores for prompts of >= 16 tokens (head_dim "
+                 "64/128; not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--decode-attention", f.decode_attention,
+                 "cuda, experimental: decode attention on tensor cores with each kv head's query "
+                 "heads packed into one tile (head_dim 64/128; not with --batch-invariant)")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
-                 "cuda, experimental: decode graphs on tensor-parallel replicas too (NCCL "
-                 "all-reduces captured; every rank must run it); not yet verified on GPUs")
+                 "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "
+                 "captured; every rank must run it)")
       ->capture_default_str();
   app.add_option("--host", f.host, "listen address")->capture_default_str();
   app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();

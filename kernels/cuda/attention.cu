@@ -53,7 +53,8 @@ __device__ __forceinline__ void Merge(State<kChunks>& state, const State<kChunks
 struct Row {
   int s = 0, pos = 0, first = 0;
   bool bad = false;
-  bool flash = false;  // the tensor-core prefill kernel computes this row
+  bool flash = false;   // the tensor-core prefill kernel computes this row
+  bool decode = false;  // the GQA-packed decode kernel computes this row
 };
 
 __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
@@ -70,8 +71,10 @@ __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
   r.first = a.sliding_window > 0 ? max(0, r.pos - a.sliding_window + 1) : 0;
   r.bad = r.pos < r.first || r.pos < 0;
   // Only rows inside their sequence's range (bad query_start may leave some outside).
-  r.flash = a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len &&
-            t < a.query_start[r.s + 1];
+  const bool inside = t < a.query_start[r.s + 1];
+  r.flash = a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len && inside;
+  r.decode = a.decode_max_rows > 0 && q_len >= 1 &&
+             q_len * (a.heads / a.kv_heads) <= a.decode_max_rows && !r.flash && inside;
   return r;
 }
 
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y * kWarps + warp;
   if (h >= a.heads) return;  // whole warps; no CTA barrier below
   const Row row = RowOf(a, t);
-  if (row.flash) return;
+  if (row.flash || row.decode) return;
   const int kv_head = h / (a.heads / a.kv_heads);
   const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * a.head_dim;
   const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * a.head_dim;
@@ -282,7 +285,7 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y * kWarps + warp;
   if (h >= a.heads) return;
   const Row row = RowOf(a, t);
-  if (row.flash) return;
+  if (row.flash || row.decode) return;
   // A row beyond the splits the grid covered (metadata the host's max_seq_len did not describe)
   // has no partials: NaN, like any bad metadata.
   const bool bad = row.bad || row.pos / kSplitKeys >= a.num_splits;

@@ -48,6 +48,15 @@ struct PagedAttentionArgs {
   // > 0: the rows of sequences with at least this many new rows belong to LaunchFlashPrefill
   // (flash_attention.cu); LaunchPagedAttention leaves them alone.
   int flash_min_query_len = 0;
+  // > 0: the rows of sequences whose new rows times the query heads per kv head number at most
+  // this (<= kDecodeTileRows), and that the flash kernel does not take, belong to
+  // LaunchDecodeAttention (decode_attention.cu); PagedAttentionKernel leaves them alone.
+  int decode_max_rows = 0;
+  // CTAs that share the keys of one (sequence, kv head) in LaunchDecodeAttention; above 1 they
+  // write f32 partial states [num_seqs, kv_heads, ctas, kDecodeTileRows, head_dim + 2] to
+  // decode_partials, merged by a second kernel.
+  int decode_ctas_per_head = 1;
+  float* decode_partials = nullptr;
 };
 
 // Sequences with at least this many new rows go to the tensor-core prefill kernel when enabled.
@@ -62,5 +71,14 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t st
 // 16-byte aligned. Same semantics and NaN rules as LaunchPagedAttention.
 bool FlashPrefillSupports(int head_dim);
 cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// Decode attention on tensor cores with the query heads of a kv head grouped (GQA packing): one
+// kv head's keys and values are read once for all its query heads and the sequence's few new
+// rows (decode, short speculative chunks). Rows: new rows x (heads / kv_heads) <= 16.
+inline constexpr int kDecodeTileRows = 16;
+bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads);
+// Partial-state floats LaunchDecodeAttention needs for `ctas` CTAs per (sequence, kv head).
+int64_t DecodePartialFloats(int num_seqs, int kv_heads, int head_dim, int ctas);
+cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace xserv::kernels::cuda

@@ -28,6 +28,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   // Non-blocking: the legacy default stream (used by stray cudaMemcpy calls elsewhere) does not
   // serialise with ours.
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&backend->sm_count_, cudaDevAttrMultiProcessorCount,
+                                              options.device));
   ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create(
                                       {.batch_invariant = options.batch_invariant,
                                        .invariant_reference_rows = options.invariant_reference_rows,

@@ -43,6 +43,9 @@ struct CudaBackendOptions {
   // head_dim 64 or 128; not in the batch-invariant mode (its rounding differs from the decode
   // kernel's).
   bool flash_prefill = false;
+  // Decode rows on the GQA-packed tensor-core kernel (decode_attention.cu): each kv head's keys
+  // read once for all its query heads; head_dim 64 or 128; not in the batch-invariant mode.
+  bool decode_attention = false;
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };
@@ -144,7 +147,8 @@ class CudaBackend final : public Backend {
   // the raw logits they replace, and results.
   Buffer sample_rows_, sample_adjustments_, sample_results_;
   // Attention's split partials (attention.h), grown on demand.
-  Buffer attention_partials_;
+  Buffer attention_partials_, decode_partials_;
+  int sm_count_ = 0;  // the device's SMs: how many CTAs fill it
   // The MXFP4 experts' scratch (moe_mxfp4.h): routing, activations, down outputs.
   Buffer moe_routing_, moe_act_, moe_out_;
   // MatmulFp8's bf16 copy of a weight for the GEMM path, grown on demand.

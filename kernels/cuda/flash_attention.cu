@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -28,41 +29,6 @@ constexpr int kFlashThreads = kFlashWarps * kWarpSize;
 constexpr int kTileRows = kFlashWarps * 16;  // query rows per CTA
 constexpr int kTileKeys = 64;
 constexpr int kPad = 8;  // bf16 per shared row: 16-byte aligned rows, conflict-free fragments
-
-__device__ __forceinline__ uint32_t Lds32(const bf16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 bf16 matrices, transposed, from the row addresses of lanes 8i..8i+7 (matrix i).
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const bf16* row) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ float QuadMax(float v) {
-  v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));
-  return fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
-}
-__device__ __forceinline__ float QuadSum(float v) {
-  v += __shfl_xor_sync(kFullMask, v, 1);
-  return v + __shfl_xor_sync(kFullMask, v, 2);
-}
 
 template <int kDim>
 __global__ void __launch_bounds__(kFlashThreads)
@@ -170,7 +136,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       const bf16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
 #pragma unroll
       for (int kt = 0; kt < kDim / 16; ++kt) {
-        Mma(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
+        MmaBf16(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
       }
     }
     // Scale and mask; sc[nt][e]: row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
@@ -227,8 +193,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       for (int dt = 0; dt < kDim / 16; ++dt) {
         uint32_t b[4];
         LdMatrixX4Trans(b, vrow + dt * 16);
-        Mma(o[2 * dt], pa, b[0], b[1]);
-        Mma(o[2 * dt + 1], pa, b[2], b[3]);
+        MmaBf16(o[2 * dt], pa, b[0], b[1]);
+        MmaBf16(o[2 * dt + 1], pa, b[2], b[3]);
       }
     }
   }

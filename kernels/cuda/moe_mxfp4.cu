@@ -13,6 +13,7 @@
 // exactly the dequantised weights the CPU backend computes with. fp32 accumulation in a fixed
 // K order; a row's result does not depend on the other rows of its block.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_mxfp4.h"
 
 namespace xserv::kernels::cuda {
@@ -57,15 +58,6 @@ __device__ __forceinline__ uint32_t QuadTransposeBytes(uint32_t w, int q) {
   const uint32_t u = __shfl_xor_sync(kFullMask, t, 2);
   // q < 2: low halves of lanes q and q + 2; q >= 2: high halves of lanes q - 2 and q.
   return q < 2 ? __byte_perm(t, u, 0x5410) : __byte_perm(u, t, 0x7632);
-}
-
-__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __global__ void __launch_bounds__(kAlignThreads)
@@ -202,7 +194,7 @@ __global__ void __launch_bounds__(kGemmThreads)
             const uint32_t hi = half == 0 ? tw[t].y : tw[t].w;
             const uint32_t b0 = MulBf16x2(lut[(lo >> (8 * d)) & 0xFF], scale[t]);
             const uint32_t b1 = MulBf16x2(lut[(hi >> (8 * d)) & 0xFF], scale[t]);
-            MmaBf16(acc[t], a0, a1, a2, a3, b0, b1);
+            MmaBf16(acc[t], {a0, a1, a2, a3}, b0, b1);
           }
         }
       }

@@ -168,6 +168,29 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                      aligned(out) && (batch.max_query_len == 0 ||
                                       batch.max_query_len >= kFlashMinQueryLen);
   if (flash) args.flash_min_query_len = kFlashMinQueryLen;
+  const bool decode = options_.decode_attention && !options_.batch_invariant &&
+                      DecodeAttentionSupports(static_cast<int>(head_dim), static_cast<int>(heads),
+                                              static_cast<int>(kv_heads)) &&
+                      aligned(q) && aligned(out) && batch.num_seqs > 0;
+  if (decode) {
+    // Enough CTAs for two per SM: (sequence, kv head) pairs, each split over up to 32 CTAs, but
+    // not more warps than the longest sequence has 16-key tiles.
+    args.decode_max_rows = kDecodeTileRows;
+    const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
+    const int64_t tiles = (std::max(batch.max_seq_len, 1) + 15) / 16 + 1;
+    const int64_t ctas = std::clamp<int64_t>(
+        std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs, (tiles + 3) / 4), 1, 32);
+    if (ctas > 1) {
+      const int64_t floats = DecodePartialFloats(batch.num_seqs, static_cast<int>(kv_heads),
+                                                 static_cast<int>(head_dim), static_cast<int>(ctas));
+      RETURN_IF_ERROR(Reserve(decode_partials_, static_cast<size_t>(floats) * sizeof(float)));
+      args.decode_partials = static_cast<float*>(decode_partials_.view().data);
+    }
+    args.decode_ctas_per_head = static_cast<int>(ctas);
+  }
+  // Every row is a decode row (known when the step says how long its longest chunk is).
+  const bool only_decode = decode && batch.max_query_len > 0 &&
+                           int64_t{batch.max_query_len} * (heads / kv_heads) <= kDecodeTileRows;
   constexpr int64_t kFewCtas = 132;
   constexpr int64_t kMaxPartialRecords = int64_t{1} << 16;
   const int64_t splits = (std::max(batch.max_seq_len, 1) + kSplitKeys - 1) / kSplitKeys;
@@ -178,9 +201,10 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     args.partials = static_cast<float*>(attention_partials_.view().data);
     args.num_splits = static_cast<int>(splits);
   }
-  RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
-  if (!flash) return absl::OkStatus();
-  return Launched(kOp, LaunchFlashPrefill(args, stream_));
+  if (!only_decode) RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
+  if (flash) RETURN_IF_ERROR(Launched(kOp, LaunchFlashPrefill(args, stream_)));
+  if (decode) RETURN_IF_ERROR(Launched(kOp, LaunchDecodeAttention(args, stream_)));
+  return absl::OkStatus();
 }
 
 }  // namespace xserv::kernels::cuda

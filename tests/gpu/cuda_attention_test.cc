@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace xserv::kernels::cuda::testing {
@@ -119,18 +120,36 @@ TEST_P(CudaAttention, MatchesCpu) {
   const std::vector<float> second = DownloadCuda(out.cuda);
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
 
-  // The same step with sequences of >= 16 new rows on the tensor-core prefill kernel (head_dim
-  // 64 and 128; others keep the CUDA-core kernel), from a second backend on the same device.
-  auto flash = CudaBackend::Create(
-      CudaBackendOptions{.device = 0, .check_each_op = true, .flash_prefill = true});
-  ASSERT_TRUE(flash.ok()) << flash.status();
-  const Twin out_flash = Poisoned({q_tokens, h, hd});
+  // The same step with the tensor-core kernels, each from a second backend on the same device:
+  // sequences of >= 16 new rows on the prefill kernel, sequences of at most 16 (new rows x query
+  // heads per kv head) on the GQA-packed decode kernel (head_dim 64 and 128; others keep the
+  // CUDA-core kernel). With max_query_len known, a step of decode rows only skips the CUDA-core
+  // kernel altogether.
   ASSERT_TRUE(cuda().Synchronize().ok());  // inputs written on the first backend's stream
-  const absl::Status flash_run =
-      (*flash)->Attention(q.cuda, kv_cuda, batch_of(true), p_cuda, out_flash.cuda);
-  ASSERT_TRUE(flash_run.ok()) << flash_run;
-  ASSERT_TRUE((*flash)->Synchronize().ok());
-  EXPECT_LE(Error(Twin{out.cpu, out_flash.cuda}), kBf16OutTol);
+  const int max_query_len =
+      std::max_element(c.seqs.begin(), c.seqs.end(), [](const SeqSpec& x, const SeqSpec& y) {
+        return x.queries < y.queries;
+      })->queries;
+  for (const auto& [name, options] :
+       {std::pair{"flash", CudaBackendOptions{.device = 0, .check_each_op = true,
+                                              .flash_prefill = true}},
+        std::pair{"decode", CudaBackendOptions{.device = 0, .check_each_op = true,
+                                               .decode_attention = true}},
+        std::pair{"both", CudaBackendOptions{.device = 0, .check_each_op = true,
+                                             .flash_prefill = true, .decode_attention = true}}}) {
+    for (const int known_max : {0, max_query_len}) {
+      SCOPED_TRACE(absl::StrCat(name, " max_query_len ", known_max));
+      auto variant = CudaBackend::Create(options);
+      ASSERT_TRUE(variant.ok()) << variant.status();
+      const Twin out_variant = Poisoned({q_tokens, h, hd});
+      AttentionBatch b = batch_of(true);
+      b.max_query_len = known_max;
+      const absl::Status run = (*variant)->Attention(q.cuda, kv_cuda, b, p_cuda, out_variant.cuda);
+      ASSERT_TRUE(run.ok()) << run;
+      ASSERT_TRUE((*variant)->Synchronize().ok());
+      EXPECT_LE(Error(Twin{out.cpu, out_variant.cuda}), kBf16OutTol);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -149,7 +168,23 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"LongPrefillGqaHd128", 32, 8, 128, 16, 0, false, {{0, 200}, {150, 70}, {3, 1}}},
         // Few rows over long contexts: splits spread over CTAs and merged by a second kernel.
         AttnCase{"SplitGridGqa", 32, 8, 128, 16, 0, false, {{900, 1}, {300, 1}, {255, 1}}},
-        AttnCase{"SplitGridWindowSinks", 8, 2, 64, 16, 300, true, {{1000, 1}, {511, 2}}}),
+        AttnCase{"SplitGridWindowSinks", 8, 2, 64, 16, 300, true, {{1000, 1}, {511, 2}}},
+        // Decode kernel: Qwen3-8B heads, many decode rows over short and long contexts (one CTA
+        // per kv head, keys over 4 warps) and a 4-row chunk (16 tile rows).
+        AttnCase{"DecodeBatchGqaHd128", 32, 8, 128, 16, 0, false,
+                 {{0, 1}, {15, 1}, {16, 1}, {130, 1}, {700, 1}, {31, 4}, {5, 3}, {2047, 1},
+                  {64, 1}, {63, 1}, {1, 1}, {400, 1}, {9, 2}, {250, 1}, {99, 1}, {3000, 1},
+                  {77, 1}, {48, 1}, {511, 1}, {12, 1}, {200, 1}, {33, 1}, {1024, 1}, {4, 1},
+                  {0, 1}, {17, 1}, {256, 1}, {8, 1}, {140, 1}, {300, 1}, {65, 1}, {2, 1},
+                  {1500, 1}, {90, 1}, {18, 1}}},
+        // gpt-oss-20b heads (64 over 8 kv heads, hd 64): sliding window 128 with sinks, rows
+        // past the window; a 2-row chunk fills the 16 tile rows. Few sequences: keys split over
+        // CTAs and merged by the second kernel.
+        AttnCase{"DecodeGptOssWindowSinks", 64, 8, 64, 16, 128, true,
+                 {{0, 1}, {127, 1}, {128, 1}, {1000, 1}, {300, 2}}},
+        AttnCase{"DecodeGptOssFullSinks", 64, 8, 64, 16, 0, true, {{2500, 1}, {40, 2}}},
+        // MHA (group 1): up to 16 new rows per sequence on the decode kernel.
+        AttnCase{"DecodeMhaChunks", 4, 4, 128, 16, 0, false, {{100, 16}, {3, 9}, {600, 1}}}),
     [](const ::testing::TestParamInfo<AttnCase>& info) { return info.param.name; });
 
 // A decode row alone (few rows: its key splits run in parallel CTAs) and the same row next to a

@@ -68,7 +68,8 @@ struct BenchConfig {
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
-  bool flash_prefill = false;  // tensor-core prefill attention
+  bool flash_prefill = true;      // tensor-core prefill attention
+  bool decode_attention = false;  // GQA-packed tensor-core decode attention
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
@@ -328,6 +329,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
         {"fp8_matmuls", cfg.fp8_matmuls},
         {"flash_prefill", cfg.flash_prefill},
+        {"decode_attention", cfg.decode_attention},
         {"peak_read_gb_s", cfg.peak_read_gb_s},
         {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
@@ -353,6 +355,7 @@ absl::Status Run(const BenchConfig& cfg) {
          .invariant_reference_rows = cfg.invariant_reference_rows,
          .gemv = cfg.gemv,
          .flash_prefill = cfg.flash_prefill,
+         .decode_attention = cfg.decode_attention,
          .profile_ops = cfg.profile_ops}));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
@@ -456,6 +459,9 @@ int main(int argc, char** argv) {
   app.add_option("--fp8-matmuls", cfg.fp8_matmuls, "keep FP8 weights FP8 (W8A16 MatmulFp8)")
       ->capture_default_str();
   app.add_option("--flash-prefill", cfg.flash_prefill, "cuda: tensor-core prefill attention")
+      ->capture_default_str();
+  app.add_option("--decode-attention", cfg.decode_attention,
+                 "cuda: GQA-packed tensor-core decode attention")
       ->capture_default_str();
   app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
       ->capture_default_str();

@@ -1,0 +1,379 @@
+// Decode attention on tensor cores with GQA packing, for the sequences of a step whose new rows
+// times the query heads per kv head fit one 16-row mma tile (decode rows; short speculative
+// chunks). PagedAttentionKernel and the flash prefill kernel leave those rows alone.
+//
+// Why: the CUDA-core kernel (attention.cu) gives each query head its own warp, so a kv head's
+// keys are fetched once per query head (4x for Qwen3's 32/8 heads) with uncoalesced per-lane row
+// loads; at 256 decode rows it reached 19 % of the read roofline. Here the tile rows are
+// (new row, query head of the kv head) pairs, so each key and value row is read once:
+//
+// Grid: (sequence, kv head, CTA of P sharing the keys). A CTA of 4 warps; the sequence's keys are
+// cut into 16-key tiles dealt round robin to the P x 4 warps. Each warp streams its tiles through
+// a 3-stage cp.async ring in its own shared memory (no CTA barrier in the loop), and per tile
+//   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled and masked (causal + window);
+//   online softmax over the quad of lanes holding a row;
+//   O += P V    P as bf16 A fragments from the S accumulators, V by ldmatrix.trans.
+// The 4 warps' states merge in shared memory in warp order; with P > 1 each CTA writes its state
+// and a second kernel merges the P states in CTA order. The sink joins the normaliser at the end.
+// fp32 state; the result depends on P (the host picks it from the batch's size), so the
+// batch-invariant mode does not use this kernel. Bad block-table entries among a row's keys make
+// the row NaN, as in attention.cu.
+#include <algorithm>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kRows = kDecodeTileRows;  // one m16 tile
+constexpr int kTileKeys = 16;           // one k16 slice of P V
+constexpr int kStages = 3;              // a warp's tiles in flight
+constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fragment reads
+
+template <int kDim>
+struct Layout {
+  static constexpr int kLd = kDim + kPad;
+  static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
+  static constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
+  static constexpr int kWarpStages = 2 * kStages * kTile;
+  static constexpr int64_t kBytes = int64_t{kQ + kWarps * kWarpStages} * 2;
+  static constexpr int kRecord = kDim + 2;  // f32 state of one row: m, l, acc[kDim]
+  // The warps' states reuse the stages once the key loop is over.
+  static_assert(kWarps * kRows * kRecord * 4 <= kWarps * kWarpStages * 2);
+};
+
+__device__ __forceinline__ float NaN() { return __int_as_float(0x7fc00000); }
+
+// The sequence's rows belong to this kernel (the same test as RowOf's in attention.cu); the
+// flash prefill kernel keeps the sequences it takes.
+__device__ __forceinline__ bool DecodeRows(const PagedAttentionArgs& a, int q_len) {
+  return q_len >= 1 && q_len * (a.heads / a.kv_heads) <= a.decode_max_rows &&
+         !(a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len);
+}
+
+// The merged state of one tile row over `count` records `stride` floats apart (m, l, acc):
+// merged in record order; a NaN l (bad key) survives.
+template <int kDim>
+struct RowState {
+  static constexpr int kDims = kDim / 8;  // dims per thread: 8 threads share a row
+  float m = -INFINITY;
+  float l = 0.0f;
+  float acc[kDims] = {};
+
+  __device__ void MergeRecords(const float* rec, int count, int64_t stride, int d0) {
+    for (int i = 0; i < count; ++i) m = fmaxf(m, rec[i * stride]);
+    for (int i = 0; i < count; ++i) {
+      const float* r = rec + i * stride;
+      const float f = r[0] == -INFINITY ? 0.0f : expf(r[0] - m);
+      l = (isnan(l) || isnan(r[1])) ? NaN() : l + r[1] * f;
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) acc[d] += r[2 + d0 + d] * f;
+    }
+  }
+
+  __device__ void Store(float* rec, int d0) const {
+    if (d0 == 0) rec[0] = m, rec[1] = l;
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) rec[2 + d0 + d] = acc[d];
+  }
+
+  // Tile row `row` of (sequence s, kv head kvh) into out, with the sink in the normaliser.
+  __device__ void Finish(const PagedAttentionArgs& a, int s, int kvh, int row, int d0) const {
+    const int group = a.heads / a.kv_heads;
+    const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
+    if (row >= q_len * group) return;
+    const int i = row / group, t = q0 + i, h = kvh * group + row % group;
+    if (t < 0 || t >= a.tokens) return;
+    const int pos = a.seq_lens[s] - q_len + i;
+    const int first = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+    const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+    const float mm = fmaxf(m, sink);
+    const float scale = l > 0.0f ? expf(m - mm) : 0.0f;
+    float denom = l * scale + (a.sinks != nullptr ? expf(sink - mm) : 0.0f);
+    if (isnan(l) || pos < first) denom = NaN();
+    const float f = scale / denom;
+    bf16* out = static_cast<bf16*>(a.out) + static_cast<int64_t>(t) * a.out_token_stride +
+                static_cast<int64_t>(h) * kDim + d0;
+#pragma unroll
+    for (int d = 0; d < kDims; d += 2) {
+      *reinterpret_cast<uint32_t*>(out + d) = PackBf16x2(acc[d] * f, acc[d + 1] * f);
+    }
+  }
+};
+
+__device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s, int kvh,
+                                             int record) {
+  return a.decode_partials +
+         ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
+  using L = Layout<kDim>;
+  constexpr int kLd = L::kLd;
+  constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
+  bf16* stages = q_s + L::kQ;
+  __shared__ uint32_t bad_keys[kWarps][kStages];  // bit j: key j of the stage's tile is bad
+
+  const int s = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
+  const int group = a.heads / a.kv_heads;
+  const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
+  if (!DecodeRows(a, q_len)) return;  // uniform across the CTA
+  const int rows = q_len * group;
+  const int seq_len = a.seq_lens[s], context = seq_len - q_len;
+  const int p_hi = seq_len - 1;
+  const int key_lo = a.sliding_window > 0 ? max(0, context - a.sliding_window + 1) : 0;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4, q4 = lane % 4;
+
+  // Tile row r: new row r / group, query head kvh * group + r % group; zeros past `rows`.
+  for (int i = threadIdx.x; i < kRows * kVecs; i += kThreads) {
+    const int r = i / kVecs, c = i % kVecs, t = q0 + r / group;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows && t >= 0 && t < a.tokens) {
+      const bf16* q = static_cast<const bf16*>(a.q) + static_cast<int64_t>(t) * a.q_token_stride +
+                      static_cast<int64_t>(kvh * group + r % group) * kDim;
+      v = *reinterpret_cast<const uint4*>(q + c * 8);
+    }
+    *reinterpret_cast<uint4*>(q_s + r * kLd + c * 8) = v;
+  }
+  __syncthreads();
+  uint32_t qa[kDim / 16][4];
+  {
+    const bf16* lo = q_s + g * kLd + 2 * q4;
+    const bf16* hi = lo + 8 * kLd;
+#pragma unroll
+    for (int kt = 0; kt < kDim / 16; ++kt) {
+      qa[kt][0] = Lds32(lo + kt * 16);
+      qa[kt][1] = Lds32(hi + kt * 16);
+      qa[kt][2] = Lds32(lo + kt * 16 + 8);
+      qa[kt][3] = Lds32(hi + kt * 16 + 8);
+    }
+  }
+  // The thread's tile rows g and g + 8: positions and first keys (rows past `rows` see none).
+  int pos[2], first[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    pos[r] = row < rows ? context + row / group : -1;
+    first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
+  }
+
+  // This warp's tiles: t_first + wg, + stride, ... up to t_last.
+  const int t_first = key_lo / kTileKeys;
+  const int t_last = p_hi >= key_lo ? p_hi / kTileKeys : t_first - 1;
+  const int stride = static_cast<int>(gridDim.z) * kWarps;
+  const int wg = z * kWarps + warp;
+  const int n_tiles = t_first + wg <= t_last ? (t_last - t_first - wg) / stride + 1 : 0;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
+  const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
+  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kvh * kDim;
+  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kvh * kDim;
+  bf16* ring = stages + warp * L::kWarpStages;  // [kStages][K tile, V tile]
+
+  // Tile n of this warp into stage n % kStages: lane j < 16 resolves key j's block, then every
+  // lane issues its share of the 16-byte copies (zeros for keys outside the range or bad).
+  const auto issue = [&](int n) {
+    const int k0 = (t_first + wg + n * stride) * kTileKeys;
+    bf16* k_dst = ring + (n % kStages) * 2 * L::kTile;
+    bf16* v_dst = k_dst + L::kTile;
+    int block = -1;
+    bool bad = false;
+    if (lane < kTileKeys) {
+      const int j = k0 + lane;
+      if (j >= key_lo && j <= p_hi) {
+        const int entry = j / a.block_size;
+        block = entry < a.block_table_width ? table[entry] : -1;
+        if (block < 0 || block >= a.num_blocks) bad = true, block = -1;
+      }
+    }
+    const uint32_t bad_mask = __ballot_sync(kFullMask, bad);
+    if (lane == 0) bad_keys[warp][n % kStages] = bad_mask;
+#pragma unroll
+    for (int i = lane; i < kTileKeys * kVecs; i += kWarpSize) {
+      const int key = i / kVecs, c = i % kVecs;
+      const int b = __shfl_sync(kFullMask, block, key);
+      const int64_t off =
+          b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
+                           slot_elems + c * 8
+                 : 0;
+      CpAsync16(k_dst + key * kLd + c * 8, k_cache + off, b >= 0 ? 16 : 0);
+      CpAsync16(v_dst + key * kLd + c * 8, v_cache + off, b >= 0 ? 16 : 0);
+    }
+  };
+
+  float o[kDim / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  bool bad[2] = {false, false};
+#pragma unroll
+  for (int n = 0; n < kStages - 1; ++n) {
+    if (n < n_tiles) issue(n);
+    CpAsyncCommit();  // empty groups too: the wait below counts groups
+  }
+  for (int n = 0; n < n_tiles; ++n) {
+    if (n + kStages - 1 < n_tiles) issue(n + kStages - 1);
+    CpAsyncCommit();
+    CpAsyncWait<kStages - 1>();  // tile n's group has landed
+    __syncwarp();                // ... for every lane's copies
+    const bf16* k_s = ring + (n % kStages) * 2 * L::kTile;
+    const bf16* v_s = k_s + L::kTile;
+    const uint32_t key_bad = bad_keys[warp][n % kStages];
+    const int k0 = (t_first + wg + n * stride) * kTileKeys;
+
+    float sc[2][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const bf16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
+#pragma unroll
+      for (int kt = 0; kt < kDim / 16; ++kt) {
+        MmaBf16(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
+      }
+    }
+    // sc[nt][e]: tile row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
+        const bool valid = key >= first[r] && key <= pos[r];
+        bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
+        sc[nt][e] = valid ? sc[nt][e] * a.scale : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
+      }
+    }
+    float correction[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
+      correction[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        sc[nt][e] = m[r] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
+        sum[r] += sc[nt][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
+#pragma unroll
+    for (int dt = 0; dt < kDim / 8; ++dt) {
+      o[dt][0] *= correction[0];
+      o[dt][1] *= correction[0];
+      o[dt][2] *= correction[1];
+      o[dt][3] *= correction[1];
+    }
+    const uint32_t pa[4] = {PackBf16x2(sc[0][0], sc[0][1]), PackBf16x2(sc[0][2], sc[0][3]),
+                            PackBf16x2(sc[1][0], sc[1][1]), PackBf16x2(sc[1][2], sc[1][3])};
+    // Lane l addresses key l % 8 + 8 * ((l / 8) % 2), dims + 8 * (l / 16) (see flash_attention.cu).
+    const bf16* vrow = v_s + (lane % 8 + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16);
+#pragma unroll
+    for (int dt = 0; dt < kDim / 16; ++dt) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, vrow + dt * 16);
+      MmaBf16(o[2 * dt], pa, b[0], b[1]);
+      MmaBf16(o[2 * dt + 1], pa, b[2], b[3]);
+    }
+    __syncwarp();  // the stage is read before a later issue overwrites it
+  }
+  CpAsyncWait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // the 4 lanes of a row saw different keys
+    int any = bad[r] ? 1 : 0;
+    any |= __shfl_xor_sync(kFullMask, any, 1);
+    any |= __shfl_xor_sync(kFullMask, any, 2);
+    bad[r] = any != 0;
+  }
+
+  // The warps' states, then their merge: thread (row tid / 8, dims (tid % 8) * kDim / 8 ...).
+  __syncthreads();  // every warp is done with its ring
+  constexpr int kRecord = L::kRecord;
+  float* states = reinterpret_cast<float*>(stages);  // [kWarps][kRows][kRecord]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float* rec = states + (warp * kRows + g + 8 * r) * kRecord;
+    if (q4 == 0) rec[0] = m[r], rec[1] = bad[r] ? NaN() : l[r];
+#pragma unroll
+    for (int dt = 0; dt < kDim / 8; ++dt) {
+      rec[2 + dt * 8 + 2 * q4] = o[dt][2 * r];
+      rec[2 + dt * 8 + 2 * q4 + 1] = o[dt][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
+  RowState<kDim> st;
+  st.MergeRecords(states + row * kRecord, kWarps, int64_t{kRows} * kRecord, d0);
+  if (gridDim.z == 1) {
+    st.Finish(a, s, kvh, row, d0);
+  } else {
+    st.Store(PartialsOf(a, s, kvh, kRecord) + (int64_t{z} * kRows + row) * kRecord, d0);
+  }
+}
+
+// One CTA per (sequence, kv head): merges its P CTAs' states in CTA order.
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
+  constexpr int kRecord = Layout<kDim>::kRecord;
+  const int s = blockIdx.x, kvh = blockIdx.y;
+  if (!DecodeRows(a, a.query_start[s + 1] - a.query_start[s])) return;
+  const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
+  RowState<kDim> st;
+  st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, a.decode_ctas_per_head,
+                  int64_t{kRows} * kRecord, d0);
+  st.Finish(a, s, kvh, row, d0);
+}
+
+template <int kDim>
+cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
+  constexpr int64_t kSmem = Layout<kDim>::kBytes;
+  if (const cudaError_t err = AllowDynamicSharedMemory<DecodeAttentionKernel<kDim>>(kSmem);
+      err != cudaSuccess) {
+    return err;
+  }
+  const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
+  const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
+  DecodeAttentionKernel<kDim><<<grid, kThreads, static_cast<size_t>(kSmem), stream>>>(a);
+  if (ctas > 1) {
+    const dim3 merge_grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads));
+    MergeDecodeKernel<kDim><<<merge_grid, kThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads) {
+  return (head_dim == 64 || head_dim == 128) && kv_heads > 0 && heads % kv_heads == 0 &&
+         heads / kv_heads <= kDecodeTileRows;
+}
+
+int64_t DecodePartialFloats(int num_seqs, int kv_heads, int head_dim, int ctas) {
+  return int64_t{num_seqs} * kv_heads * ctas * kRows * (head_dim + 2);
+}
+
+cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t stream) {
+  if (args.tokens == 0 || args.num_seqs == 0 || args.decode_max_rows < 1) return cudaSuccess;
+  if (args.decode_max_rows > kDecodeTileRows || args.decode_ctas_per_head < 1 ||
+      args.decode_ctas_per_head > 65535 ||
+      (args.decode_ctas_per_head > 1 && args.decode_partials == nullptr) ||
+      !DecodeAttentionSupports(args.head_dim, args.heads, args.kv_heads)) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.head_dim == 64) return LaunchDecode<64>(args, stream);
+  return LaunchDecode<128>(args, stream);
+}
+
+}  // namespace xserv::kernels::cuda
