@@ -51,7 +51,7 @@ struct WorkerFlags {
   bool cuda_graphs = true;
   bool tp_cuda_graphs = true;
   bool flash_prefill = true;
-  bool decode_attention = false;
+  bool decode_attention = true;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
   double step_timeout_s = -1;
@@ -586,8 +586,8 @@ int main(int argc, char** argv) {
                  "64/128; not with --batch-invariant)")
       ->capture_default_str();
   app.add_option("--decode-attention", f.decode_attention,
-                 "cuda, experimental: decode attention on tensor cores with each kv head's query "
-                 "heads packed into one tile (head_dim 64/128; not with --batch-invariant)")
+                 "cuda: decode attention on tensor cores with each kv head's query heads packed "
+                 "into one tile (head_dim 64/128; not with --batch-invariant)")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "

@@ -69,7 +69,7 @@ struct BenchConfig {
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
   bool flash_prefill = true;      // tensor-core prefill attention
-  bool decode_attention = false;  // GQA-packed tensor-core decode attention
+  bool decode_attention = true;   // GQA-packed tensor-core decode attention
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
