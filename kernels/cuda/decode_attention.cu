@@ -8,7 +8,8 @@
 // (new row, query head of the kv head) pairs, so each key and value row is read once:
 //
 // Grid: (sequence, kv head, CTA of P sharing the keys). A CTA of 4 warps; the sequence's keys are
-// cut into 16-key tiles dealt round robin to the P x 4 warps. Each warp streams its tiles through
+// cut into 16-key tiles dealt round robin to the P' x 4 warps, P' <= P the CTAs its length needs
+// (at least 2 tiles per warp; the host sizes P for the longest sequence a graph may see). Each warp streams its tiles through
 // a 3-stage cp.async ring in its own shared memory (no CTA barrier in the loop), and per tile
 //   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled and masked (causal + window);
 //   online softmax over the quad of lanes holding a row;
@@ -106,6 +107,28 @@ struct RowState {
   }
 };
 
+// A warp takes at least this many tiles before the keys spread over more CTAs.
+constexpr int kMinTilesPerWarp = 2;
+
+// The sequence's 16-key tiles [first, last] and how many of the grid's CTAs share them: the
+// host sizes the grid for the longest sequence a graph may see; shorter ones use fewer CTAs
+// (the rest exit, and the merge reads only theirs). Same answer in both kernels.
+struct KeyTiles {
+  int key_lo = 0, first = 0, last = -1, ctas = 1;
+};
+__device__ __forceinline__ KeyTiles KeyTilesOf(const PagedAttentionArgs& a, int seq_len,
+                                               int q_len) {
+  KeyTiles k;
+  const int p_hi = seq_len - 1;
+  k.key_lo = a.sliding_window > 0 ? max(0, seq_len - q_len - a.sliding_window + 1) : 0;
+  k.first = k.key_lo / kTileKeys;
+  k.last = p_hi >= k.key_lo ? p_hi / kTileKeys : k.first - 1;
+  const int tiles = k.last - k.first + 1;
+  k.ctas = min(a.decode_ctas_per_head,
+               max(1, (tiles + kWarps * kMinTilesPerWarp - 1) / (kWarps * kMinTilesPerWarp)));
+  return k;
+}
+
 __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s, int kvh,
                                              int record) {
   return a.decode_partials +
@@ -130,7 +153,9 @@ __global__ void __launch_bounds__(kThreads)
   const int rows = q_len * group;
   const int seq_len = a.seq_lens[s], context = seq_len - q_len;
   const int p_hi = seq_len - 1;
-  const int key_lo = a.sliding_window > 0 ? max(0, context - a.sliding_window + 1) : 0;
+  const KeyTiles tiles = KeyTilesOf(a, seq_len, q_len);
+  if (z >= tiles.ctas) return;  // uniform; the merge does not read this CTA
+  const int key_lo = tiles.key_lo;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q4 = lane % 4;
 
@@ -168,9 +193,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // This warp's tiles: t_first + wg, + stride, ... up to t_last.
-  const int t_first = key_lo / kTileKeys;
-  const int t_last = p_hi >= key_lo ? p_hi / kTileKeys : t_first - 1;
-  const int stride = static_cast<int>(gridDim.z) * kWarps;
+  const int t_first = tiles.first, t_last = tiles.last;
+  const int stride = tiles.ctas * kWarps;
   const int wg = z * kWarps + warp;
   const int n_tiles = t_first + wg <= t_last ? (t_last - t_first - wg) / stride + 1 : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
@@ -315,23 +339,27 @@ __global__ void __launch_bounds__(kThreads)
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
   RowState<kDim> st;
   st.MergeRecords(states + row * kRecord, kWarps, int64_t{kRows} * kRecord, d0);
-  if (gridDim.z == 1) {
+  if (tiles.ctas == 1) {
     st.Finish(a, s, kvh, row, d0);
   } else {
     st.Store(PartialsOf(a, s, kvh, kRecord) + (int64_t{z} * kRows + row) * kRecord, d0);
   }
 }
 
-// One CTA per (sequence, kv head): merges its P CTAs' states in CTA order.
+// One CTA per (sequence, kv head): merges the states of the CTAs that shared its keys, in CTA
+// order (a sequence one CTA covered was finished by it).
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
   constexpr int kRecord = Layout<kDim>::kRecord;
   const int s = blockIdx.x, kvh = blockIdx.y;
-  if (!DecodeRows(a, a.query_start[s + 1] - a.query_start[s])) return;
+  const int q_len = a.query_start[s + 1] - a.query_start[s];
+  if (!DecodeRows(a, q_len)) return;
+  const KeyTiles tiles = KeyTilesOf(a, a.seq_lens[s], q_len);
+  if (tiles.ctas == 1) return;
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
   RowState<kDim> st;
-  st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, a.decode_ctas_per_head,
+  st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, tiles.ctas,
                   int64_t{kRows} * kRecord, d0);
   st.Finish(a, s, kvh, row, d0);
 }
