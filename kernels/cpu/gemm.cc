@@ -3,7 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace xserv::kernels::cpu {
@@ -16,9 +19,27 @@ constexpr int64_t kMinWork = int64_t{1} << 21;
 
 }  // namespace
 
+bool BlockedGemmIsInvariant() {
+  // OpenBLAS picks its kernels once, at load (DYNAMIC_ARCH); the answer never changes.
+  static const bool invariant = [] {
+    std::string core = openblas_get_corename();
+    for (char& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    constexpr std::array<const char*, 3> kVerified = {"skylakex", "cooperlake", "sandybridge"};
+    return std::find(kVerified.begin(), kVerified.end(), core) != kVerified.end();
+  }();
+  return invariant;
+}
+
 void InvariantSgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if (!BlockedGemmIsInvariant()) {
+    for (int64_t r = 0; r < m; ++r) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k),
+                  1.0f, b, static_cast<blasint>(ldb), a + r * lda, 1, 0.0f, c + r * ldc, 1);
+    }
+    return;
+  }
   const int64_t min_rows = (kMinWork + n * k - 1) / std::max<int64_t>(1, n * k);
   if (m >= min_rows) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),

@@ -7,6 +7,13 @@
 // until m·n·k reaches 2^21 always takes the blocked path, which makes every row's bits independent
 // of its batch; the extra rows cost at most ~2 M multiply-adds per call, and large problems (an
 // lm_head, real model layers) are never padded.
+//
+// That holds for the blocked kernels of the cores OpenBLAS calls SkylakeX, Cooperlake and
+// Sandybridge (the test passes with each forced through OPENBLAS_CORETYPE). Its Haswell, Zen,
+// Nehalem and Prescott kernels sum a row differently by its place in the tile, so on those cores
+// (an AMD host, a VM whose CPU model OpenBLAS does not know) every row goes through its own
+// sgemv: the same call for every row, whatever the batch; slower, since the weights are read
+// once per row.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +22,8 @@ namespace xserv::kernels::cpu {
 
 void InvariantSgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc);
+
+// Whether InvariantSgemm uses OpenBLAS's blocked GEMM on this CPU (else one sgemv per row).
+bool BlockedGemmIsInvariant();
 
 }  // namespace xserv::kernels::cpu
