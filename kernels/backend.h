@@ -50,6 +50,16 @@ struct AttentionParams {
   const Tensor* sinks = nullptr;  // optional f32/bf16 [num_heads]: extra softmax logit per head
 };
 
+// What QkNormRopeWriteKv does to the step's new queries and keys before they are cached. Null
+// pointers leave a stage out.
+struct QkNormRope {
+  const Tensor* q_norm = nullptr;  // [head_dim] RMSNorm weight of every query head (Qwen3)
+  const Tensor* k_norm = nullptr;  // [head_dim] of every key head; with q_norm or neither
+  float eps = 1e-6f;
+  const Tensor* positions = nullptr;  // i32 [T]; with cos_sin
+  const Tensor* cos_sin = nullptr;    // as Rope's; null: no rotary embedding
+};
+
 // Expert weights of one MoE layer. gpt-oss layout: gate_up rows interleave gate (even) and up
 // (odd) features.
 struct ExpertWeights {
@@ -142,6 +152,14 @@ class Backend {
   // Writes the step's new keys and values k, v [T, kv_heads, head_dim] into their slots.
   virtual absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
                                const Tensor& slot_mapping) = 0;
+  // The attention block's step between the projections and Attention, on q [T, heads,
+  // head_dim], k and v [T, kv_heads, head_dim] (token-strided, heads packed): per-head RMSNorm of
+  // q and k, then rotary embedding of both, in place, then WriteKv of k and v. Exactly the ops
+  // RmsNorm, RmsNorm, Rope, Rope, WriteKv in that order, which is what this default does; a
+  // backend may fuse them (CUDA: one kernel, bit-identical to its separate ops).
+  virtual absl::Status QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const QkNormRope& p, const KvLayer& kv,
+                                         const Tensor& slot_mapping);
   // Causal attention of q [T, heads, head_dim] over the paged KV of each sequence (written by
   // WriteKv first), GQA by heads / kv_heads. out [T, heads, head_dim].
   virtual absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,

@@ -94,6 +94,9 @@ class CudaBackend final : public Backend {
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
+  absl::Status QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const QkNormRope& p, const KvLayer& kv,
+                                 const Tensor& slot_mapping) override;
   absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
                        const Tensor& slot_mapping) override;
   absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/op_util.h"
 #include "kernels/cuda/paged_kv.h"
+#include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rope.h"
 
 namespace xserv::kernels::cuda {
@@ -88,6 +89,77 @@ absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLaye
                          .v_cache = kv.v.data,
                          .num_slots = kv.k.dim(0) * kv.k.dim(1)};
   return Launched(kOp, LaunchWriteKv(args, stream_));
+}
+
+absl::Status CudaBackend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const QkNormRope& p, const KvLayer& kv,
+                                             const Tensor& slot_mapping) {
+  constexpr const char* kOp = "QkNormRopeWriteKv";
+  // Other head sizes: the separate ops (Backend's default), which check everything themselves.
+  if (q.rank != 3 || !QkNormRopeSupports(static_cast<int>(q.dim(2)))) {
+    return Backend::QkNormRopeWriteKv(q, k, v, p, kv, slot_mapping);
+  }
+  if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {
+    return OpError(kOp, "q_norm and k_norm come together");
+  }
+  if ((p.positions == nullptr) != (p.cos_sin == nullptr)) {
+    return OpError(kOp, "positions and cos_sin come together");
+  }
+  RETURN_IF_ERROR(CheckKv(kOp, kv));
+  for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, name, *t));
+    RETURN_IF_ERROR(ExpectDType(kOp, name, *t, DType::kBF16));
+    RETURN_IF_ERROR(ExpectTokenHeads(kOp, name, *t));
+  }
+  RETURN_IF_ERROR(ExpectSameShape(kOp, k, v));
+  RETURN_IF_ERROR(ExpectDim(kOp, "k", k, 1, kv.k.dim(2)));
+  RETURN_IF_ERROR(ExpectDim(kOp, "k", k, 2, kv.k.dim(3)));
+  RETURN_IF_ERROR(ExpectDim(kOp, "q", q, 0, k.dim(0)));
+  RETURN_IF_ERROR(ExpectDim(kOp, "q", q, 2, k.dim(2)));
+  const int64_t tokens = q.dim(0), head_dim = q.dim(2);
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", tokens));
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "heads", q.dim(1) + k.dim(1)));
+  for (const Tensor* w : {p.q_norm, p.k_norm}) {
+    if (w == nullptr) continue;
+    RETURN_IF_ERROR(ExpectCuda(kOp, "norm weight", *w));
+    RETURN_IF_ERROR(ExpectDType(kOp, "norm weight", *w, DType::kBF16));
+    RETURN_IF_ERROR(ExpectRank(kOp, "norm weight", *w, 1));
+    RETURN_IF_ERROR(ExpectDim(kOp, "norm weight", *w, 0, head_dim));
+  }
+  if (p.cos_sin != nullptr) {
+    RETURN_IF_ERROR(CheckI32Vector(kOp, "positions", *p.positions, tokens));
+    RETURN_IF_ERROR(ExpectCuda(kOp, "cos_sin", *p.cos_sin));
+    RETURN_IF_ERROR(ExpectDType(kOp, "cos_sin", *p.cos_sin, DType::kF32));
+    RETURN_IF_ERROR(ExpectRank(kOp, "cos_sin", *p.cos_sin, 2));
+    RETURN_IF_ERROR(ExpectContiguous(kOp, "cos_sin", *p.cos_sin));
+    RETURN_IF_ERROR(ExpectDim(kOp, "cos_sin", *p.cos_sin, 1, head_dim));
+    RETURN_IF_ERROR(CheckIndices(kOp, "position", *p.positions, p.cos_sin->dim(0)));
+  }
+  RETURN_IF_ERROR(CheckI32Vector(kOp, "slot_mapping", slot_mapping, tokens));
+  const int64_t num_slots = kv.k.dim(0) * kv.k.dim(1);
+  RETURN_IF_ERROR(CheckIndices(kOp, "slot", slot_mapping, num_slots));
+  const QkNormRopeArgs args{
+      .q = q.data,
+      .q_token_stride = q.stride(0),
+      .k = k.data,
+      .k_token_stride = k.stride(0),
+      .v = v.data,
+      .v_token_stride = v.stride(0),
+      .tokens = tokens,
+      .q_heads = static_cast<int>(q.dim(1)),
+      .kv_heads = static_cast<int>(k.dim(1)),
+      .head_dim = static_cast<int>(head_dim),
+      .q_norm = p.q_norm != nullptr ? p.q_norm->data : nullptr,
+      .k_norm = p.k_norm != nullptr ? p.k_norm->data : nullptr,
+      .eps = p.eps,
+      .positions = p.positions != nullptr ? p.positions->as<int32_t>() : nullptr,
+      .cos_sin = p.cos_sin != nullptr ? p.cos_sin->as<float>() : nullptr,
+      .max_positions = p.cos_sin != nullptr ? p.cos_sin->dim(0) : 0,
+      .slots = slot_mapping.as<int32_t>(),
+      .k_cache = kv.k.data,
+      .v_cache = kv.v.data,
+      .num_slots = num_slots};
+  return Launched(kOp, LaunchQkNormRopeWriteKv(args, stream_));
 }
 
 absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,

@@ -237,3 +237,122 @@ TEST_F(CudaVsCpuTest, AttentionRowDoesNotDependOnHowItsSplitsRun) {
 
 }  // namespace
 }  // namespace xserv::kernels::cuda::testing
+
+namespace xserv::kernels::cuda::testing {
+namespace {
+
+// The fused per-head norm + rotary + KV write against the separate CUDA ops it replaces (the
+// Backend default, called explicitly), bit for bit, and against the CPU backend: Qwen3-8B's heads
+// (norms and rotation), gpt-oss-20b's (rotation only, hd 64), norms only at hd 256, hd 192, and
+// hd 80, which the fused kernel does not take (the default path runs). Then the same values as
+// column slices of one [T, (H + 2 KVH) hd] projection (a stacked QKV): the same bits again.
+TEST_F(CudaVsCpuTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
+  struct Case {
+    int heads, kv_heads, hd;
+    bool norm, rope;
+  };
+  std::mt19937 rng(7);
+  for (const Case c : {Case{32, 8, 128, true, true}, Case{64, 8, 64, false, true},
+                       Case{4, 2, 256, true, false}, Case{6, 3, 192, true, true},
+                       Case{8, 8, 80, true, true}}) {
+    SCOPED_TRACE(absl::StrCat("heads ", c.heads, "/", c.kv_heads, " hd ", c.hd));
+    const int64_t tokens = 9, block = 16, num_blocks = 3, positions_max = 64;
+    const int64_t hd = c.hd, h = c.heads, kvh = c.kv_heads;
+    const std::vector<float> q_host = RandomBf16(tokens * h * hd, rng, -2, 2);
+    const std::vector<float> k_host = RandomBf16(tokens * kvh * hd, rng, -2, 2);
+    const std::vector<float> v_host = RandomBf16(tokens * kvh * hd, rng, -2, 2);
+    const std::vector<float> zeros(num_blocks * block * kvh * hd, 0.0f);
+    const std::initializer_list<int64_t> pool{num_blocks, block, kvh, hd};
+    const Twin q_norm = Upload(RandomBf16(hd, rng, 0.5f, 1.5f), {hd});
+    const Twin k_norm = Upload(RandomBf16(hd, rng, 0.5f, 1.5f), {hd});
+    std::vector<float> table(positions_max * hd);
+    for (float& x : table) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    const Twin cos_sin = Upload(table, {positions_max, hd}, DType::kF32);
+    std::vector<int32_t> positions(tokens), slots(tokens);
+    for (int64_t t = 0; t < tokens; ++t) {
+      positions[t] = static_cast<int32_t>((t * 7 + 3) % positions_max);
+      slots[t] = static_cast<int32_t>((t * 5 + 2) % (num_blocks * block));
+    }
+    const Twin pos_t = UploadI32(positions, {tokens});
+    const Twin slots_t = UploadI32(slots, {tokens});
+    auto params = [&](bool dev) {
+      QkNormRope p{.eps = 1e-6f};
+      if (c.norm) {
+        p.q_norm = dev ? &q_norm.cuda : &q_norm.cpu;
+        p.k_norm = dev ? &k_norm.cuda : &k_norm.cpu;
+      }
+      if (c.rope) {
+        p.positions = dev ? &pos_t.cuda : &pos_t.cpu;
+        p.cos_sin = dev ? &cos_sin.cuda : &cos_sin.cpu;
+      }
+      return p;
+    };
+    // One set of q, k, v and caches per run.
+    struct Run {
+      Twin q, k, v, k_cache, v_cache;
+    };
+    auto make_run = [&] {
+      return Run{Upload(q_host, {tokens, h, hd}), Upload(k_host, {tokens, kvh, hd}),
+                 Upload(v_host, {tokens, kvh, hd}), Upload(zeros, pool), Upload(zeros, pool)};
+    };
+    const Run fused = make_run(), separate = make_run();
+    const absl::Status f = cuda().QkNormRopeWriteKv(fused.q.cuda, fused.k.cuda, fused.v.cuda,
+                                                    params(true),
+                                                    {fused.k_cache.cuda, fused.v_cache.cuda},
+                                                    slots_t.cuda);
+    ASSERT_TRUE(f.ok()) << f;
+    ASSERT_TRUE(cpu().QkNormRopeWriteKv(fused.q.cpu, fused.k.cpu, fused.v.cpu, params(false),
+                                        {fused.k_cache.cpu, fused.v_cache.cpu}, slots_t.cpu)
+                    .ok());
+    for (const Twin* t : {&fused.q, &fused.k, &fused.k_cache, &fused.v_cache}) {
+      EXPECT_LE(Error(*t), kBf16OutTol);
+    }
+    const absl::Status s = cuda().Backend::QkNormRopeWriteKv(
+        separate.q.cuda, separate.k.cuda, separate.v.cuda, params(true),
+        {separate.k_cache.cuda, separate.v_cache.cuda}, slots_t.cuda);
+    ASSERT_TRUE(s.ok()) << s;
+    auto same_bits = [&](const Tensor& a, const Tensor& b) {
+      const std::vector<float> x = DownloadCuda(a), y = DownloadCuda(b);
+      ASSERT_EQ(x.size(), y.size());
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+    };
+    same_bits(fused.q.cuda, separate.q.cuda);
+    same_bits(fused.k.cuda, separate.k.cuda);
+    same_bits(fused.k_cache.cuda, separate.k_cache.cuda);
+    same_bits(fused.v_cache.cuda, separate.v_cache.cuda);
+
+    if (hd % 64 != 0) continue;  // strided views: the fused kernel only
+    std::vector<float> qkv_host;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (const auto& [src, n] : {std::pair{&q_host, h}, std::pair{&k_host, kvh},
+                                   std::pair{&v_host, kvh}}) {
+        qkv_host.insert(qkv_host.end(), src->begin() + t * n * hd, src->begin() + (t + 1) * n * hd);
+      }
+    }
+    const int64_t width = (h + 2 * kvh) * hd;
+    const Twin qkv = Upload(qkv_host, {tokens, width});
+    const Twin k_cache = Upload(zeros, pool), v_cache = Upload(zeros, pool);
+    auto slice = [&](int64_t first, int64_t count) {
+      return qkv.cuda.SliceLast(first * hd, (first + count) * hd).UnflattenLast(count, hd);
+    };
+    const Tensor q_view = slice(0, h), k_view = slice(h, kvh);
+    const absl::Status strided = cuda().QkNormRopeWriteKv(
+        q_view, k_view, slice(h + kvh, kvh), params(true), {k_cache.cuda, v_cache.cuda},
+        slots_t.cuda);
+    ASSERT_TRUE(strided.ok()) << strided;
+    const std::vector<float> all = DownloadCuda(qkv.cuda);
+    const std::vector<float> q_fused = DownloadCuda(fused.q.cuda);
+    const std::vector<float> k_fused = DownloadCuda(fused.k.cuda);
+    for (int64_t t = 0; t < tokens; ++t) {
+      EXPECT_EQ(std::memcmp(&all[t * width], &q_fused[t * h * hd], h * hd * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(&all[t * width + h * hd], &k_fused[t * kvh * hd],
+                            kvh * hd * sizeof(float)),
+                0);
+    }
+    same_bits(k_cache.cuda, fused.k_cache.cuda);
+    same_bits(v_cache.cuda, fused.v_cache.cuda);
+  }
+}
+
+}  // namespace
+}  // namespace xserv::kernels::cuda::testing

@@ -251,17 +251,12 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
   const Tensor q_heads = q.UnflattenLast(c.num_heads, c.head_dim);
   const Tensor k_heads = k.UnflattenLast(c.num_kv_heads, c.head_dim);
   const Tensor v_heads = v.UnflattenLast(c.num_kv_heads, c.head_dim);
-  if (!w.q_norm.empty()) {
-    RETURN_IF_ERROR(backend.RmsNorm(q_heads, w.q_norm.view(), static_cast<float>(c.norm_eps),
-                                    q_heads));
-    RETURN_IF_ERROR(backend.RmsNorm(k_heads, w.k_norm.view(), static_cast<float>(c.norm_eps),
-                                    k_heads));
-  }
-  if (rope_table != nullptr) {
-    RETURN_IF_ERROR(backend.Rope(q_heads, in.positions, *rope_table));
-    RETURN_IF_ERROR(backend.Rope(k_heads, in.positions, *rope_table));
-  }
-  RETURN_IF_ERROR(backend.WriteKv(k_heads, v_heads, kv, in.attention.slot_mapping));
+  const Tensor q_norm = w.q_norm.view(), k_norm = w.k_norm.view();
+  kernels::QkNormRope qk{.eps = static_cast<float>(c.norm_eps)};
+  if (!w.q_norm.empty()) qk.q_norm = &q_norm, qk.k_norm = &k_norm;
+  if (rope_table != nullptr) qk.positions = &in.positions, qk.cos_sin = rope_table;
+  RETURN_IF_ERROR(backend.QkNormRopeWriteKv(q_heads, k_heads, v_heads, qk, kv,
+                                            in.attention.slot_mapping));
   kernels::AttentionParams params;
   params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   params.sliding_window = static_cast<int>(c.SlidingWindowForLayer(layer));

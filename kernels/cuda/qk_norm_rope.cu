@@ -1,0 +1,108 @@
+// The attention block's step between the projections and attention in one kernel: per-head
+// RMSNorm of q and k (Qwen3's q_norm / k_norm), rotary embedding of both, and the paged KV write
+// of k and v. Unfused that is five launches per layer (RmsNorm x2, Rope x2, WriteKv), each a few
+// microseconds of ramp for a few kilobytes of work at decode.
+//
+// Tile: one 128-thread CTA per token; its 4 warps take the token's q and k heads in turn, then
+// copy v. A warp holds a head in registers, lane l owning columns l + 32 j exactly as the
+// unfused RmsNorm's short-row kernel does (norm.cu), with the same sum order and roundings:
+// bf16 after the norm, bf16 after the rotation (rope.cu's arithmetic), so the result is
+// bit-identical to the separate ops. head_dim % 64 == 0 puts both columns of a rotation pair
+// (i, i + head_dim / 2) in the same lane.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/qk_norm_rope.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+
+template <int kPerLane>  // head_dim / 32
+__global__ void __launch_bounds__(kThreads)
+    QkNormRopeWriteKvKernel(const __grid_constant__ QkNormRopeArgs a) {
+  constexpr int kDim = kPerLane * kWarpSize;
+  constexpr int kHalfLanes = kPerLane / 2;  // j < kHalfLanes: first halves of the pairs
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int32_t slot = a.slots[t];
+  const bool cached = slot >= 0 && slot < a.num_slots;
+  const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
+  const float* cs = nullptr;
+  bool valid_pos = true;
+  if (a.cos_sin != nullptr) {
+    const int32_t pos = a.positions[t];
+    valid_pos = pos >= 0 && pos < a.max_positions;
+    cs = a.cos_sin + (valid_pos ? static_cast<int64_t>(pos) * kDim : 0);
+  }
+  for (int h = warp; h < a.q_heads + a.kv_heads; h += kWarps) {
+    const bool is_q = h < a.q_heads;
+    const int head = is_q ? h : h - a.q_heads;
+    bf16* x = is_q ? static_cast<bf16*>(a.q) + t * a.q_token_stride + head * kDim
+                   : static_cast<bf16*>(a.k) + t * a.k_token_stride + head * kDim;
+    float v[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) v[j] = ToFloat(x[lane + kWarpSize * j]);
+    const bf16* w = static_cast<const bf16*>(is_q ? a.q_norm : a.k_norm);
+    if (w != nullptr) {
+      float sum_sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) sum_sq += v[j] * v[j];
+      sum_sq = WarpSum(sum_sq);
+      const float inv = rsqrtf(sum_sq / static_cast<float>(kDim) + a.eps);
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        v[j] = ToFloat(FromFloat<bf16>(ToFloat(w[lane + kWarpSize * j]) * (v[j] * inv)));
+      }
+    }
+    if (cs != nullptr) {
+#pragma unroll
+      for (int j = 0; j < kHalfLanes; ++j) {
+        if (!valid_pos) {
+          v[j] = v[j + kHalfLanes] = ToFloat(QuietNaN<bf16>());
+          continue;
+        }
+        const int i = lane + kWarpSize * j;
+        const float x1 = v[j], x2 = v[j + kHalfLanes];
+        const float c = cs[i], s = cs[kDim / 2 + i];
+        v[j] = ToFloat(FromFloat<bf16>(x1 * c - x2 * s));
+        v[j + kHalfLanes] = ToFloat(FromFloat<bf16>(x2 * c + x1 * s));
+      }
+    }
+    bf16* kc = !is_q && cached
+                   ? static_cast<bf16*>(a.k_cache) + slot * slot_elems + head * kDim
+                   : nullptr;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const bf16 out = FromFloat<bf16>(v[j]);
+      x[lane + kWarpSize * j] = out;
+      if (kc != nullptr) kc[lane + kWarpSize * j] = out;
+    }
+  }
+  if (!cached) return;
+  const bf16* vt = static_cast<const bf16*>(a.v) + t * a.v_token_stride;
+  bf16* vc = static_cast<bf16*>(a.v_cache) + slot * slot_elems;
+  for (int64_t i = threadIdx.x; i < slot_elems; i += kThreads) vc[i] = vt[i];
+}
+
+}  // namespace
+
+bool QkNormRopeSupports(int head_dim) {
+  return head_dim > 0 && head_dim % 64 == 0 && head_dim <= 256;
+}
+
+cudaError_t LaunchQkNormRopeWriteKv(const QkNormRopeArgs& args, cudaStream_t stream) {
+  if (args.tokens == 0) return cudaSuccess;
+  const auto grid = static_cast<unsigned>(args.tokens);
+  switch (args.head_dim) {
+    case 64: QkNormRopeWriteKvKernel<2><<<grid, kThreads, 0, stream>>>(args); break;
+    case 128: QkNormRopeWriteKvKernel<4><<<grid, kThreads, 0, stream>>>(args); break;
+    case 192: QkNormRopeWriteKvKernel<6><<<grid, kThreads, 0, stream>>>(args); break;
+    case 256: QkNormRopeWriteKvKernel<8><<<grid, kThreads, 0, stream>>>(args); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace xserv::kernels::cuda
