@@ -52,6 +52,7 @@ struct WorkerFlags {
   bool tp_cuda_graphs = true;
   bool flash_prefill = true;
   bool decode_attention = true;
+  bool fuse_qk_norm_rope = false;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
   double step_timeout_s = -1;
@@ -102,7 +103,8 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
                          {.device = 0,
                           .batch_invariant = f.batch_invariant,
                           .flash_prefill = f.flash_prefill,
-                          .decode_attention = f.decode_attention}));
+                          .decode_attention = f.decode_attention,
+                          .fuse_qk_norm_rope = f.fuse_qk_norm_rope}));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -588,6 +590,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode-attention", f.decode_attention,
                  "cuda: decode attention on tensor cores with each kv head's query heads packed "
                  "into one tile (head_dim 64/128; not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--fuse-qk-norm-rope", f.fuse_qk_norm_rope,
+                 "cuda, experimental: q/k norms, rotary embedding and the KV write as one kernel "
+                 "per layer (bit-identical to the separate ops); not yet run on GPUs")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "

@@ -46,6 +46,8 @@ struct CudaBackendOptions {
   // Decode rows on the GQA-packed tensor-core kernel (decode_attention.cu): each kv head's keys
   // read once for all its query heads; head_dim 64 or 128; not in the batch-invariant mode.
   bool decode_attention = false;
+  // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
+  bool fuse_qk_norm_rope = false;
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };

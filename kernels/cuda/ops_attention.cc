@@ -95,8 +95,10 @@ absl::Status CudaBackend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, co
                                              const QkNormRope& p, const KvLayer& kv,
                                              const Tensor& slot_mapping) {
   constexpr const char* kOp = "QkNormRopeWriteKv";
-  // Other head sizes: the separate ops (Backend's default), which check everything themselves.
-  if (q.rank != 3 || !QkNormRopeSupports(static_cast<int>(q.dim(2)))) {
+  // Unfused, or other head sizes: the separate ops (Backend's default), which check everything
+  // themselves.
+  if (!options_.fuse_qk_norm_rope || q.rank != 3 ||
+      !QkNormRopeSupports(static_cast<int>(q.dim(2)))) {
     return Backend::QkNormRopeWriteKv(q, k, v, p, kv, slot_mapping);
   }
   if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {

@@ -296,11 +296,17 @@ TEST_F(CudaVsCpuTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
                  Upload(v_host, {tokens, kvh, hd}), Upload(zeros, pool), Upload(zeros, pool)};
     };
     const Run fused = make_run(), separate = make_run();
-    const absl::Status f = cuda().QkNormRopeWriteKv(fused.q.cuda, fused.k.cuda, fused.v.cuda,
-                                                    params(true),
-                                                    {fused.k_cache.cuda, fused.v_cache.cuda},
-                                                    slots_t.cuda);
+    // The fused kernel is opt-in: a second backend on the same device runs it (its own stream,
+    // so the inputs are synchronised first and its results before they are read).
+    auto fusing = CudaBackend::Create(
+        CudaBackendOptions{.device = 0, .check_each_op = true, .fuse_qk_norm_rope = true});
+    ASSERT_TRUE(fusing.ok()) << fusing.status();
+    ASSERT_TRUE(cuda().Synchronize().ok());
+    const absl::Status f = (*fusing)->QkNormRopeWriteKv(
+        fused.q.cuda, fused.k.cuda, fused.v.cuda, params(true),
+        {fused.k_cache.cuda, fused.v_cache.cuda}, slots_t.cuda);
     ASSERT_TRUE(f.ok()) << f;
+    ASSERT_TRUE((*fusing)->Synchronize().ok());
     ASSERT_TRUE(cpu().QkNormRopeWriteKv(fused.q.cpu, fused.k.cpu, fused.v.cpu, params(false),
                                         {fused.k_cache.cpu, fused.v_cache.cpu}, slots_t.cpu)
                     .ok());
@@ -336,10 +342,12 @@ TEST_F(CudaVsCpuTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
       return qkv.cuda.SliceLast(first * hd, (first + count) * hd).UnflattenLast(count, hd);
     };
     const Tensor q_view = slice(0, h), k_view = slice(h, kvh);
-    const absl::Status strided = cuda().QkNormRopeWriteKv(
+    ASSERT_TRUE(cuda().Synchronize().ok());
+    const absl::Status strided = (*fusing)->QkNormRopeWriteKv(
         q_view, k_view, slice(h + kvh, kvh), params(true), {k_cache.cuda, v_cache.cuda},
         slots_t.cuda);
     ASSERT_TRUE(strided.ok()) << strided;
+    ASSERT_TRUE((*fusing)->Synchronize().ok());
     const std::vector<float> all = DownloadCuda(qkv.cuda);
     const std::vector<float> q_fused = DownloadCuda(fused.q.cuda);
     const std::vector<float> k_fused = DownloadCuda(fused.k.cuda);

@@ -70,6 +70,7 @@ struct BenchConfig {
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
   bool flash_prefill = true;      // tensor-core prefill attention
   bool decode_attention = true;   // GQA-packed tensor-core decode attention
+  bool fuse_qk_norm_rope = false;  // one kernel for q/k norms, rotary and the KV write
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
@@ -330,6 +331,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"fp8_matmuls", cfg.fp8_matmuls},
         {"flash_prefill", cfg.flash_prefill},
         {"decode_attention", cfg.decode_attention},
+        {"fuse_qk_norm_rope", cfg.fuse_qk_norm_rope},
         {"peak_read_gb_s", cfg.peak_read_gb_s},
         {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
@@ -356,6 +358,7 @@ absl::Status Run(const BenchConfig& cfg) {
          .gemv = cfg.gemv,
          .flash_prefill = cfg.flash_prefill,
          .decode_attention = cfg.decode_attention,
+         .fuse_qk_norm_rope = cfg.fuse_qk_norm_rope,
          .profile_ops = cfg.profile_ops}));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
@@ -462,6 +465,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--decode-attention", cfg.decode_attention,
                  "cuda: GQA-packed tensor-core decode attention")
+      ->capture_default_str();
+  app.add_option("--fuse-qk-norm-rope", cfg.fuse_qk_norm_rope,
+                 "cuda: q/k norms, rotary embedding and the KV write as one kernel")
       ->capture_default_str();
   app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
       ->capture_default_str();
