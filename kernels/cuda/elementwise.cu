@@ -1,7 +1,8 @@
 // Element-wise and row-copy kernels. All are memory-bound and simple: one thread per element over
 // a flattened [rows, cols] index space (grid-stride, so any size fits the grid limits), fp32
-// arithmetic, one rounding on store. Vectorised variants are the performance issue's job; the
-// launch functions are the only entry points, so they can change without touching callers.
+// arithmetic, one rounding on store. SiluMul, the one a large model's prefill feels, has a
+// 16-byte vectorised variant with the same arithmetic; the launch functions are the only entry
+// points, so they can change without touching callers.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -37,6 +38,35 @@ __global__ void __launch_bounds__(kThreads)
     const float va = ToFloat(RowPtr<const bf16>(a, r)[c]);
     const float vb = ToFloat(RowPtr<const bf16>(b, r)[c]);
     RowPtr<bf16>(out, r)[c] = FromFloat<bf16>(op(va, vb));
+  }
+}
+
+// The same per element, 8 at a time through 16-byte loads and stores (every row of a, b and out
+// 16-byte aligned, cols % 8 == 0: an MLP's gate and up halves), without a 64-bit division per
+// element. Each thread rewrites only the vector it read, so out may alias a or b.
+constexpr int kVec = 8;
+
+bool VecRows(const RowsView& v) {
+  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.stride % kVec == 0;
+}
+
+template <typename Op>
+__global__ void __launch_bounds__(kThreads)
+    BinaryRowsVecKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
+  const int64_t vecs_per_row = a.cols / kVec;
+  const int64_t n = a.rows * vecs_per_row;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = i / vecs_per_row, c = (i % vecs_per_row) * kVec;
+    const uint4 va = *reinterpret_cast<const uint4*>(RowPtr<const bf16>(a, r) + c);
+    const uint4 vb = *reinterpret_cast<const uint4*>(RowPtr<const bf16>(b, r) + c);
+    const bf16* ea = reinterpret_cast<const bf16*>(&va);
+    const bf16* eb = reinterpret_cast<const bf16*>(&vb);
+    uint4 vo;
+    bf16* eo = reinterpret_cast<bf16*>(&vo);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) eo[e] = FromFloat<bf16>(op(ToFloat(ea[e]), ToFloat(eb[e])));
+    *reinterpret_cast<uint4*>(RowPtr<bf16>(out, r) + c) = vo;
   }
 }
 
@@ -137,6 +167,11 @@ cudaError_t LaunchAdd(const RowsView& a, const RowsView& b, const RowsView& out,
 cudaError_t LaunchSiluMul(const RowsView& gate, const RowsView& up, const RowsView& out,
                           cudaStream_t stream) {
   if (gate.rows * gate.cols == 0) return cudaSuccess;
+  if (gate.cols % kVec == 0 && VecRows(gate) && VecRows(up) && VecRows(out)) {
+    BinaryRowsVecKernel<<<BlocksFor(gate.rows * gate.cols / kVec), kThreads, 0, stream>>>(
+        gate, up, out, SiluMulOp{});
+    return cudaGetLastError();
+  }
   BinaryRowsKernel<<<BlocksFor(gate.rows * gate.cols), kThreads, 0, stream>>>(gate, up, out,
                                                                                 SiluMulOp{});
   return cudaGetLastError();
