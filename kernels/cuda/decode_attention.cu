@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace xserv::kernels::cuda {
@@ -253,14 +254,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = (t_first + wg + n * stride) * kTileKeys;
 
     float sc[2][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const bf16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
-#pragma unroll
-      for (int kt = 0; kt < kDim / 16; ++kt) {
-        MmaBf16(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
-      }
-    }
+    TileScores<kDim, 2, kLd>(sc, qa, k_s, lane);
     // sc[nt][e]: tile row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -274,52 +268,13 @@ __global__ void __launch_bounds__(kThreads)
         tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
       }
     }
-    float correction[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
-      correction[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
-      m[r] = m_new;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        sc[nt][e] = m[r] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
-        sum[r] += sc[nt][e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
-#pragma unroll
-    for (int dt = 0; dt < kDim / 8; ++dt) {
-      o[dt][0] *= correction[0];
-      o[dt][1] *= correction[0];
-      o[dt][2] *= correction[1];
-      o[dt][3] *= correction[1];
-    }
-    const uint32_t pa[4] = {PackBf16x2(sc[0][0], sc[0][1]), PackBf16x2(sc[0][2], sc[0][3]),
-                            PackBf16x2(sc[1][0], sc[1][1]), PackBf16x2(sc[1][2], sc[1][3])};
-    // Lane l addresses key l % 8 + 8 * ((l / 8) % 2), dims + 8 * (l / 16) (see flash_attention.cu).
-    const bf16* vrow = v_s + (lane % 8 + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16);
-#pragma unroll
-    for (int dt = 0; dt < kDim / 16; ++dt) {
-      uint32_t b[4];
-      LdMatrixX4Trans(b, vrow + dt * 16);
-      MmaBf16(o[2 * dt], pa, b[0], b[1]);
-      MmaBf16(o[2 * dt + 1], pa, b[2], b[3]);
-    }
+    OnlineSoftmaxUpdate<2, kDim>(sc, tile_max, m, l, o);
+    AccumulatePV<2, kDim, kLd>(o, sc, v_s, lane);
     __syncwarp();  // the stage is read before a later issue overwrites it
   }
   CpAsyncWait<0>();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {  // the 4 lanes of a row saw different keys
-    int any = bad[r] ? 1 : 0;
-    any |= __shfl_xor_sync(kFullMask, any, 1);
-    any |= __shfl_xor_sync(kFullMask, any, 2);
-    bad[r] = any != 0;
-  }
+  // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.
+  for (bool& b : bad) b = QuadAny(b);
 
   // The warps' states, then their merge: thread (row tid / 8, dims (tid % 8) * kDim / 8 ...).
   __syncthreads();  // every warp is done with its ring

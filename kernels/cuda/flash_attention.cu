@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace xserv::kernels::cuda {
@@ -131,14 +132,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 
     // Scores of the warp's 16 rows against the tile's 64 keys: 8 n8 tiles.
     float sc[kTileKeys / 8][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
-      const bf16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
-#pragma unroll
-      for (int kt = 0; kt < kDim / 16; ++kt) {
-        MmaBf16(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
-      }
-    }
+    TileScores<kDim, kTileKeys / 8, kLd>(sc, qa, k_s, lane);
     // Scale and mask; sc[nt][e]: row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -152,60 +146,11 @@ __global__ void __launch_bounds__(kFlashThreads)
         tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
       }
     }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
-      correction[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
-      m[r] = m_new;
-    }
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        sc[nt][e] = m[r] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
-        sum[r] += sc[nt][e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
-#pragma unroll
-    for (int dt = 0; dt < kDim / 8; ++dt) {
-      o[dt][0] *= correction[0];
-      o[dt][1] *= correction[0];
-      o[dt][2] *= correction[1];
-      o[dt][3] *= correction[1];
-    }
-    // O += P V over the tile's 4 k16 key slices.
-#pragma unroll
-    for (int j = 0; j < kTileKeys / 16; ++j) {
-      const uint32_t pa[4] = {PackBf16x2(sc[2 * j][0], sc[2 * j][1]),
-                              PackBf16x2(sc[2 * j][2], sc[2 * j][3]),
-                              PackBf16x2(sc[2 * j + 1][0], sc[2 * j + 1][1]),
-                              PackBf16x2(sc[2 * j + 1][2], sc[2 * j + 1][3])};
-      // Lane l addresses key 16j + l % 8 + 8 * ((l / 8) % 2), dims +8 * (l / 16): the four
-      // matrices are b0, b1 of dims [d, d + 8) and b0, b1 of dims [d + 8, d + 16).
-      const bf16* vrow =
-          v_s + (16 * j + lane % 8 + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16);
-#pragma unroll
-      for (int dt = 0; dt < kDim / 16; ++dt) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, vrow + dt * 16);
-        MmaBf16(o[2 * dt], pa, b[0], b[1]);
-        MmaBf16(o[2 * dt + 1], pa, b[2], b[3]);
-      }
-    }
+    OnlineSoftmaxUpdate<kTileKeys / 8, kDim>(sc, tile_max, m, l, o);
+    AccumulatePV<kTileKeys / 8, kDim, kLd>(o, sc, v_s, lane);
   }
-  // A row is bad when any of its keys is: the 4 threads of the row saw different keys.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    int any = bad[r] ? 1 : 0;
-    any |= __shfl_xor_sync(kFullMask, any, 1);
-    any |= __shfl_xor_sync(kFullMask, any, 2);
-    bad[r] = any != 0;
-  }
+  // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.
+  for (bool& b : bad) b = QuadAny(b);
 
   const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
   bf16* out_rows = static_cast<bf16*>(a.out) + static_cast<int64_t>(q0 + row0) *

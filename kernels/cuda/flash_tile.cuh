@@ -1,0 +1,100 @@
+// The per-tile steps the tensor-core attention kernels share (flash_attention.cu: 64-key tiles of
+// prefill rows; decode_attention.cu: 16-key tiles of GQA-packed decode rows). A warp holds 16
+// query rows as mma A fragments; a thread (g = lane / 4, q4 = lane % 4) holds rows g and g + 8:
+// score sc[nt][e] is row g + 8 * (e / 2), key nt * 8 + 2 * q4 + e % 2 of the tile, and output
+// o[dt][e] is the same rows, dim dt * 8 + 2 * q4 + e % 2. fp32 state throughout.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace xserv::kernels::cuda {
+
+// Whether any of the 4 lanes holding a row (a quad) has `v` set.
+__device__ __forceinline__ bool QuadAny(bool v) {
+  int any = v ? 1 : 0;
+  any |= __shfl_xor_sync(kFullMask, any, 1);
+  any |= __shfl_xor_sync(kFullMask, any, 2);
+  return any != 0;
+}
+
+// sc += Q K^T against the kN8 * 8 key rows of a shared-memory tile (row stride kLd).
+template <int kDim, int kN8, int kLd>
+__device__ __forceinline__ void TileScores(float (&sc)[kN8][4], const uint32_t (&qa)[kDim / 16][4],
+                                           const __nv_bfloat16* k_s, int lane) {
+  const int g = lane / 4, q4 = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < kN8; ++nt) {
+    const __nv_bfloat16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
+#pragma unroll
+    for (int kt = 0; kt < kDim / 16; ++kt) {
+      MmaBf16(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
+    }
+  }
+}
+
+// Folds a tile's masked, scaled scores (tile_max: each of the thread's rows' max over its own
+// scores) into the rows' running max m and sum l, rescales o, and leaves the unnormalised
+// probabilities in sc. A row that has seen no key keeps m = -inf and adds nothing.
+template <int kN8, int kDim>
+__device__ __forceinline__ void OnlineSoftmaxUpdate(float (&sc)[kN8][4], const float (&tile_max)[2],
+                                                    float (&m)[2], float (&l)[2],
+                                                    float (&o)[kDim / 8][4]) {
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
+    correction[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+    m[r] = m_new;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < kN8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2;
+      sc[nt][e] = m[r] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
+      sum[r] += sc[nt][e];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
+#pragma unroll
+  for (int dt = 0; dt < kDim / 8; ++dt) {
+    o[dt][0] *= correction[0];
+    o[dt][1] *= correction[0];
+    o[dt][2] *= correction[1];
+    o[dt][3] *= correction[1];
+  }
+}
+
+// o += P V over the tile's kN8 / 2 slices of 16 keys: P rounded to bf16 as A fragments straight
+// from the probabilities, V fragments by ldmatrix.trans from shared memory (row stride kLd).
+template <int kN8, int kDim, int kLd>
+__device__ __forceinline__ void AccumulatePV(float (&o)[kDim / 8][4], const float (&sc)[kN8][4],
+                                             const __nv_bfloat16* v_s, int lane) {
+#pragma unroll
+  for (int j = 0; j < kN8 / 2; ++j) {
+    const uint32_t pa[4] = {PackBf16x2(sc[2 * j][0], sc[2 * j][1]),
+                            PackBf16x2(sc[2 * j][2], sc[2 * j][3]),
+                            PackBf16x2(sc[2 * j + 1][0], sc[2 * j + 1][1]),
+                            PackBf16x2(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+    // Lane l addresses key 16j + l % 8 + 8 * ((l / 8) % 2), dims + 8 * (l / 16): the four
+    // matrices are b0, b1 of dims [d, d + 8) and b0, b1 of dims [d + 8, d + 16).
+    const __nv_bfloat16* vrow =
+        v_s + (16 * j + lane % 8 + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16);
+#pragma unroll
+    for (int dt = 0; dt < kDim / 16; ++dt) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, vrow + dt * 16);
+      MmaBf16(o[2 * dt], pa, b[0], b[1]);
+      MmaBf16(o[2 * dt + 1], pa, b[2], b[3]);
+    }
+  }
+}
+
+}  // namespace xserv::kernels::cuda
