@@ -173,17 +173,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   uint32_t qa[kDim / 16][4];
-  {
-    const bf16* lo = q_s + g * kLd + 2 * q4;
-    const bf16* hi = lo + 8 * kLd;
-#pragma unroll
-    for (int kt = 0; kt < kDim / 16; ++kt) {
-      qa[kt][0] = Lds32(lo + kt * 16);
-      qa[kt][1] = Lds32(hi + kt * 16);
-      qa[kt][2] = Lds32(lo + kt * 16 + 8);
-      qa[kt][3] = Lds32(hi + kt * 16 + 8);
-    }
-  }
+  LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
   // The thread's tile rows g and g + 8: positions and first keys (rows past `rows` see none).
   int pos[2], first[2];
 #pragma unroll

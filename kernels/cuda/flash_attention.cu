@@ -79,17 +79,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   __syncthreads();
   uint32_t qa[kDim / 16][4];
-  {
-    const bf16* lo = q_s + (warp * 16 + g) * kLd + 2 * q4;
-    const bf16* hi = lo + 8 * kLd;
-#pragma unroll
-    for (int kt = 0; kt < kDim / 16; ++kt) {
-      qa[kt][0] = Lds32(lo + kt * 16);
-      qa[kt][1] = Lds32(hi + kt * 16);
-      qa[kt][2] = Lds32(lo + kt * 16 + 8);
-      qa[kt][3] = Lds32(hi + kt * 16 + 8);
-    }
-  }
+  LoadQueryFragments<kDim, kLd>(qa, q_s + warp * 16 * kLd, lane);
   // The thread's two rows (g and g + 8 of its warp's 16): positions and first keys. Rows past
   // the sequence's new rows see no key (and are not written).
   int pos[2], first[2];

@@ -22,6 +22,21 @@ __device__ __forceinline__ bool QuadAny(bool v) {
   return any != 0;
 }
 
+// The A fragments of 16 query rows staged in shared memory (first row q_s, row stride kLd).
+template <int kDim, int kLd>
+__device__ __forceinline__ void LoadQueryFragments(uint32_t (&qa)[kDim / 16][4],
+                                                   const __nv_bfloat16* q_s, int lane) {
+  const __nv_bfloat16* lo = q_s + (lane / 4) * kLd + 2 * (lane % 4);
+  const __nv_bfloat16* hi = lo + 8 * kLd;
+#pragma unroll
+  for (int kt = 0; kt < kDim / 16; ++kt) {
+    qa[kt][0] = Lds32(lo + kt * 16);
+    qa[kt][1] = Lds32(hi + kt * 16);
+    qa[kt][2] = Lds32(lo + kt * 16 + 8);
+    qa[kt][3] = Lds32(hi + kt * 16 + 8);
+  }
+}
+
 // sc += Q K^T against the kN8 * 8 key rows of a shared-memory tile (row stride kLd).
 template <int kDim, int kN8, int kLd>
 __device__ __forceinline__ void TileScores(float (&sc)[kN8][4], const uint32_t (&qa)[kDim / 16][4],
