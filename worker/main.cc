@@ -53,6 +53,7 @@ struct WorkerFlags {
   bool flash_prefill = true;
   bool decode_attention = true;
   bool fuse_qk_norm_rope = false;
+  bool gemm_autotune = false;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
   double step_timeout_s = -1;
@@ -102,6 +103,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
                      kernels::cuda::CudaBackend::Create(
                          {.device = 0,
                           .batch_invariant = f.batch_invariant,
+                          .gemm_autotune = f.gemm_autotune,
                           .flash_prefill = f.flash_prefill,
                           .decode_attention = f.decode_attention,
                           .fuse_qk_norm_rope = f.fuse_qk_norm_rope}));
@@ -590,6 +592,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode-attention", f.decode_attention,
                  "cuda: decode attention on tensor cores with each kv head's query heads packed "
                  "into one tile (head_dim 64/128; not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--gemm-autotune", f.gemm_autotune,
+                 "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
+                 "first use and keep the fastest (not with --batch-invariant)")
       ->capture_default_str();
   app.add_option("--fuse-qk-norm-rope", f.fuse_qk_norm_rope,
                  "cuda, experimental: q/k norms, rotary embedding and the KV write as one kernel "

@@ -33,7 +33,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   ASSIGN_OR_RETURN(backend->gemm_, GemmRunner::Create(
                                       {.batch_invariant = options.batch_invariant,
                                        .invariant_reference_rows = options.invariant_reference_rows,
-                                       .gemv = options.gemv}));
+                                       .gemv = options.gemv,
+                                       .autotune = options.gemm_autotune}));
   if (options.profile_ops) backend->profiler_ = std::make_unique<OpProfiler>();
   return backend;
 }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -93,8 +94,8 @@ absl::Status GemmRunner::Describe(const GemmCall& c, bool epilogue_bias, Plan& p
   return absl::OkStatus();
 }
 
-absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, const Plan& plan,
-                                                            bool no_split_k) {
+absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candidates(
+    const GemmCall& c, const Plan& plan, bool no_split_k, int max) {
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = kWorkspaceBytes;
@@ -118,25 +119,32 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, c
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                               &reduction_mask, sizeof(reduction_mask));
   }
-  constexpr int kCandidates = 16;
-  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.w_layout, plan.x_layout,
-                                        plan.out_layout, plan.out_layout, pref,
-                                        no_split_k ? kCandidates : 1, results, &found);
+                                        plan.out_layout, plan.out_layout, pref, max,
+                                        results.data(), &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   RETURN_IF_LT_ERROR(st);
-  for (int i = 0; i < found; ++i) {
-    if (!no_split_k) return results[i].algo;
+  results.resize(static_cast<size_t>(found));
+  return results;
+}
+
+absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, const Plan& plan,
+                                                            bool no_split_k) {
+  constexpr int kCandidates = 16;
+  ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                   Candidates(c, plan, no_split_k, no_split_k ? kCandidates : 1));
+  for (const cublasLtMatmulHeuristicResult_t& r : results) {
+    if (!no_split_k) return r.algo;
     int32_t split_k = 1;
     size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                             &split_k, sizeof(split_k),
-                                             &written) == CUBLAS_STATUS_SUCCESS &&
+    if (cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                             sizeof(split_k), &written) == CUBLAS_STATUS_SUCCESS &&
         split_k <= 1) {
-      return results[i].algo;
+      return r.algo;
     }
   }
   return absl::UnimplementedError(absl::StrCat(
@@ -144,7 +152,83 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, c
       " n=", c.n, " k=", c.k, " ldx=", c.ldx, " ldw=", c.ldw, " ldo=", c.ldo));
 }
 
-absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool epilogue_bias) {
+absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& c,
+                                                                const Plan& plan,
+                                                                cudaStream_t stream) {
+  constexpr int kCandidates = 8, kRuns = 3;
+  ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                   Candidates(c, plan, /*no_split_k=*/false, kCandidates));
+  if (results.empty()) return ChooseAlgo(c, plan, /*no_split_k=*/false);  // its error message
+  cudaEvent_t start = nullptr, stop = nullptr;
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&start));
+  if (const cudaError_t err = cudaEventCreate(&stop); err != cudaSuccess) {
+    cudaEventDestroy(start);
+    RETURN_IF_CUDA_ERROR(err);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  size_t best = 0;
+  float best_ms = -1.0f;
+  absl::Status status;
+  for (size_t i = 0; i < results.size() && status.ok(); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle_, plan.desc, &alpha, c.w, plan.w_layout, c.x, plan.x_layout,
+                            &beta, c.out, plan.out_layout, c.out, plan.out_layout,
+                            &results[i].algo, workspace_, kWorkspaceBytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run is skipped
+    cudaEventRecord(start, stream);
+    for (int r = 0; r < kRuns; ++r) run();
+    cudaEventRecord(stop, stream);
+    float ms = 0.0f;
+    const cudaError_t err = cudaEventSynchronize(stop);
+    if (err != cudaSuccess) {
+      status = absl::InternalError(absl::StrCat("Matmul autotune: ", cudaGetErrorString(err)));
+      break;
+    }
+    cudaEventElapsedTime(&ms, start, stop);
+    if (best_ms < 0.0f || ms < best_ms) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  RETURN_IF_ERROR(status);
+  return results[best].algo;
+}
+
+absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TunedAlgo(const GemmCall& c, const Key& key,
+                                                           bool epilogue_bias, const Plan& plan,
+                                                           cudaStream_t stream) {
+  // One timing per (family, power-of-two bucket of m); other m of the bucket reuse the winner
+  // where cuBLASLt confirms it supports them.
+  Key bucket_key = key;
+  int64_t bucket = 1;
+  while (bucket < c.m) bucket *= 2;
+  std::get<0>(bucket_key) = bucket;
+  if (auto it = tuned_algos_.find(bucket_key); it != tuned_algos_.end()) {
+    cublasLtMatmulAlgo_t algo = it->second;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.w_layout, plan.x_layout,
+                                plan.out_layout, plan.out_layout, &algo,
+                                &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= kWorkspaceBytes) {
+      return algo;
+    }
+    return ChooseAlgo(c, plan, /*no_split_k=*/false);
+  }
+  // A capture records launches instead of running them: no timing there.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return ChooseAlgo(c, plan, /*no_split_k=*/false);
+  if (epilogue_bias) {  // the candidates run with the call's bias, as Run will
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &c.bias, sizeof(c.bias)));
+  }
+  ASSIGN_OR_RETURN(const cublasLtMatmulAlgo_t algo, TimeCandidates(c, plan, stream));
+  tuned_algos_.emplace(bucket_key, algo);
+  return algo;
+}
+
+absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool epilogue_bias,
+                                                      cudaStream_t stream) {
   Key key{c.m,
           c.n,
           c.k,
@@ -161,7 +245,9 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
 
   auto plan = std::make_unique<Plan>();
   RETURN_IF_ERROR(Describe(c, epilogue_bias, *plan));
-  if (!options_.batch_invariant) {
+  if (!options_.batch_invariant && options_.autotune) {
+    ASSIGN_OR_RETURN(plan->algo, TunedAlgo(c, key, epilogue_bias, *plan, stream));
+  } else if (!options_.batch_invariant) {
     ASSIGN_OR_RETURN(plan->algo, ChooseAlgo(c, *plan, /*no_split_k=*/false));
   } else {
     Key family = key;
@@ -217,7 +303,7 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   // output no precision.
   const bool epilogue_bias = c.bias != nullptr && c.out_type == ElemType::kBF16 &&
                              c.bias_type == ElemType::kBF16;
-  ASSIGN_OR_RETURN(Plan * plan, GetPlan(c, epilogue_bias));
+  ASSIGN_OR_RETURN(Plan * plan, GetPlan(c, epilogue_bias, stream));
   if (epilogue_bias) {
     RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));

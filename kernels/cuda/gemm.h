@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/kernel_types.h"
@@ -52,6 +53,11 @@ struct GemmOptions {
   // Off by default: on the H200 it matches cuBLASLt at one row and trails it at eight
   // (docs/benchmarks/README.md), so it waits for the next kernel pass.
   bool gemv = false;
+  // Time the heuristic's top candidates on the call's own buffers the first time a shape family
+  // (n, k, layout; m by power-of-two bucket) is seen outside a graph capture, and keep the
+  // fastest (cuBLASLt's first pick is a model, not a measurement). Never in batch-invariant
+  // mode. The choice can differ between runs (timing noise), so bits may too.
+  bool autotune = false;
 };
 
 class GemmRunner {
@@ -75,19 +81,32 @@ class GemmRunner {
   struct Plan;
 
   explicit GemmRunner(const GemmOptions& options);  // in the .cc, where Plan is complete
-  absl::StatusOr<Plan*> GetPlan(const GemmCall& call, bool epilogue_bias);
+  absl::StatusOr<Plan*> GetPlan(const GemmCall& call, bool epilogue_bias, cudaStream_t stream);
   // Fills `plan`'s descriptors for `call` (m included); no algorithm yet.
   static absl::Status Describe(const GemmCall& call, bool epilogue_bias, Plan& plan);
   // The heuristic's best algorithm for `plan`'s shapes; with `no_split_k`, the best among those
   // that reduce k inside one CTA.
   absl::StatusOr<cublasLtMatmulAlgo_t> ChooseAlgo(const GemmCall& call, const Plan& plan,
                                                  bool no_split_k);
+  // The heuristic's candidates (at most `max`), best guess first.
+  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Candidates(const GemmCall& call,
+                                                                          const Plan& plan,
+                                                                          bool no_split_k,
+                                                                          int max);
+  // autotune: the algorithm of `plan`'s shape family and m bucket, timed once.
+  absl::StatusOr<cublasLtMatmulAlgo_t> TunedAlgo(const GemmCall& call, const Key& key,
+                                                bool epilogue_bias, const Plan& plan,
+                                                cudaStream_t stream);
+  // autotune: the fastest of the candidates, timed on `call`'s buffers (which it overwrites).
+  absl::StatusOr<cublasLtMatmulAlgo_t> TimeCandidates(const GemmCall& call, const Plan& plan,
+                                                     cudaStream_t stream);
 
   GemmOptions options_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
+  std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket
 };
 
 }  // namespace xserv::kernels::cuda

@@ -3,8 +3,9 @@
 # xserv-engine-bench on the CUDA backend (no scheduler, no HTTP), with the heuristic's matmuls and
 # with batch-invariant ones (xserv-worker --batch-invariant; REFERENCE_ROWS lists the reference m
 # values to try; MODES=heuristic skips the batch-invariant runs; BENCH_FLAGS adds flags, e.g.
-# --profile-ops). Writes $OUT/engine-bench-ARCH.txt.
-# Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2] [batches, default 1,8,32]
+# --profile-ops; PROMPT_LEN, default 128, and GEN_LEN, default 64, e.g. PROMPT_LEN=2048 GEN_LEN=4
+# with --profile-ops for a long prompt's prefill by op). Writes $OUT/engine-bench-ARCH.txt.
+# Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [batches, default 1,8,32]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -14,15 +15,15 @@ tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-  --out "$work" --prompts 1 --len 8 --greedy 1 >/dev/null 2>&1
+  --out "$work" --model-only >/dev/null 2>&1
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit: $XSERV_COMMIT"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   for mode in ${MODES:-heuristic ${REFERENCE_ROWS:-256}}; do
     if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
     else flags=(--batch-invariant true --invariant-reference-rows "$mode"); fi
-    .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128 \
-      --gen-len 64 --batch "$batches" --repeats 3 "${flags[@]}" ${BENCH_FLAGS:-} 2>&1 | grep --line-buffered -v "^\s*$"
+    .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda \
+      --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-64}" --batch "$batches" --repeats 3 "${flags[@]}" ${BENCH_FLAGS:-} 2>&1 | grep --line-buffered -v "^\s*$"
   done
 } | tee "$OUT/engine-bench-$arch.txt"
 rm -rf "$work"

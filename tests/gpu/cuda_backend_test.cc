@@ -233,6 +233,50 @@ TEST_F(CudaOps, MatmulPlansAreReused) {
   EXPECT_EQ(cuda().gemm().num_plans(), plans);
 }
 
+// GEMM autotune (opt-in): the timed choice is still a correct GEMM, for the first m of a bucket
+// (timed), another m of the same bucket (the winner reused after cuBLASLt's check), with the
+// bias epilogue and f32 output, and inside a graph capture (no timing there: the heuristic).
+TEST_F(CudaOps, MatmulWithAutotuneMatchesCpu) {
+  // Without check_each_op: that mode refuses graph captures (it synchronises after every op).
+  auto tuned = CudaBackend::Create(CudaBackendOptions{.device = 0, .gemm_autotune = true});
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  std::mt19937 rng(12);
+  const GemmShape shapes[] = {{1, 4096, 512}, {3, 4096, 512}, {128, 256, 512}, {100, 256, 512},
+                              {7, 33, 65}};
+  ASSERT_TRUE(cuda().Synchronize().ok());
+  for (const GemmShape s : shapes) {
+    const Twin x = Upload(RandomBf16(s.m * s.k, rng), {s.m, s.k});
+    const Twin w = Upload(RandomBf16(s.n * s.k, rng, -0.2f, 0.2f), {s.n, s.k});
+    const Twin bias = Upload(RandomBf16(s.n, rng), {s.n});
+    const Twin out = Poisoned({s.m, s.n});
+    const Twin logits = Poisoned({s.m, s.n}, DType::kF32);
+    ASSERT_TRUE(cuda().Synchronize().ok());
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, &bias.cpu, out.cpu).ok());
+    const absl::Status run = (*tuned)->Matmul(x.cuda, w.cuda, &bias.cuda, out.cuda);
+    ASSERT_TRUE(run.ok()) << run;
+    ASSERT_TRUE((*tuned)->Synchronize().ok());
+    EXPECT_LE(Error(out), kBf16OutTol) << s.m << "x" << s.n << "x" << s.k;
+    ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, nullptr, logits.cpu).ok());
+    ASSERT_TRUE((*tuned)->Matmul(x.cuda, w.cuda, nullptr, logits.cuda).ok());
+    ASSERT_TRUE((*tuned)->Synchronize().ok());
+    EXPECT_LE(Error(logits), kF32GemmTol) << "f32 " << s.m << "x" << s.n << "x" << s.k;
+  }
+  // A shape first seen while capturing takes the heuristic's choice and still replays correctly.
+  const Twin x = Upload(RandomBf16(5 * 96, rng), {5, 96});
+  const Twin w = Upload(RandomBf16(40 * 96, rng), {40, 96});
+  const Twin out = Poisoned({5, 40});
+  ASSERT_TRUE(cuda().Synchronize().ok());
+  ASSERT_TRUE(cpu().Matmul(x.cpu, w.cpu, nullptr, out.cpu).ok());
+  ASSERT_TRUE((*tuned)->BeginCapture().ok());
+  const absl::Status captured = (*tuned)->Matmul(x.cuda, w.cuda, nullptr, out.cuda);
+  const absl::StatusOr<int64_t> graph = (*tuned)->EndCapture();
+  ASSERT_TRUE(captured.ok()) << captured;
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE((*tuned)->Replay(*graph).ok());
+  ASSERT_TRUE((*tuned)->Synchronize().ok());
+  EXPECT_LE(Error(out), kBf16OutTol);
+}
+
 TEST_F(CudaOps, RopeOnStridedHeads) {
   std::mt19937 rng(12);
   for (int64_t head_dim : {16, 64, 128}) {

@@ -10,9 +10,10 @@
 // line (date, commit, hardware, model, config, metrics) for docs/benchmarks/. With --profile-ops
 // (cuda) one more prefill + decode run per batch size measures each op's GPU time with the host's
 // launch overhead taken out (CudaBackend::HoldForProfile), and the host time to queue a step: the
-// per-op table says which kernels a step's time goes to, and whether the host keeps up; for dense
-// models a roofline per kernel family (matmul, attention: tools/roofline.h) gives the bound the
-// peaks imply (--peak-read-gbs, --peak-tflops) and the fraction of it each phase reached.
+// per-op table says which kernels a step's time goes to, and whether the host keeps up; a
+// roofline per kernel family (matmul, attention, and experts for MoE models: tools/roofline.h)
+// gives the bound the peaks imply (--peak-read-gbs, --peak-tflops) and the fraction of it each
+// phase reached.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,6 +72,7 @@ struct BenchConfig {
   bool flash_prefill = true;      // tensor-core prefill attention
   bool decode_attention = true;   // GQA-packed tensor-core decode attention
   bool fuse_qk_norm_rope = false;  // one kernel for q/k norms, rotary and the KV write
+  bool gemm_autotune = false;      // time cuBLASLt candidates per shape family
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
@@ -198,17 +200,18 @@ Json FamilyRoofline(const char* family, const xserv::tools::FamilyCost& cost,
 }
 
 // One phase's profile: per-op GPU time per step and the host's queueing time per step.
-// `shape` (null for MoE models, whose expert reads depend on routing) gives the roofline report.
+// `shape` gives the roofline report (with an experts family for MoE models).
 absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runner& runner,
                                   int steps, const BenchConfig& cfg, const xserv::ModelConfig& c,
                                   const xserv::tools::PhaseShape* shape, const char* phase) {
   ASSIGN_OR_RETURN(std::vector<xserv::kernels::cuda::OpTime> ops, cuda.TakeOpProfile());
   const double enqueue_us = 1e6 * runner.TakeEnqueueSeconds() / steps;
-  double gpu_us = 0, matmul_us = 0, attention_us = 0;
+  double gpu_us = 0, matmul_us = 0, attention_us = 0, experts_us = 0;
   for (const auto& op : ops) {
     gpu_us += 1e3 * op.total_ms / steps;
     if (op.op == "Matmul" || op.op == "MatmulFp8") matmul_us += 1e3 * op.total_ms / steps;
     if (op.op == "Attention") attention_us += 1e3 * op.total_ms / steps;
+    if (op.op == "Experts") experts_us += 1e3 * op.total_ms / steps;
   }
   std::printf("  %s: GPU %.1f us/step (ops back to back), host queueing %.1f us/step\n", phase,
               gpu_us, enqueue_us);
@@ -231,6 +234,14 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
                                   matmul_us)},
         {"attention", FamilyRoofline("attention", xserv::tools::AttentionCost(c, *shape), peaks,
                                      attention_us)}};
+    if (c.moe.IsMoe()) {
+      // Experts kept MXFP4 on the device read 4-bit values and a scale byte per 32.
+      const double bytes_per_weight =
+          c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0 : 2.0;
+      out["roofline"]["experts"] =
+          FamilyRoofline("experts", xserv::tools::ExpertsCost(c, *shape, bytes_per_weight), peaks,
+                         experts_us);
+    }
   }
   return out;
 }
@@ -257,7 +268,6 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   Json out;
   // The roofline's shapes: one prefill of prompt_len rows per sequence (logits of the last), then
   // decode steps over an average context of prompt_len + (gen_len - 1) / 2 cached tokens.
-  const bool dense = c.moe.num_experts == 0;
   const double bytes_per_weight = cfg.fp8_matmuls && cfg.quantize_fp8 ? 1.0 : 2.0;
   const xserv::tools::PhaseShape prefill_shape{.batch = batch,
                                                .new_tokens = cfg.prompt_len,
@@ -270,14 +280,14 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
       .logits_rows = batch,
       .linear_bytes_per_weight = bytes_per_weight};
   ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
-  ASSIGN_OR_RETURN(out["prefill"], PhaseProfile(cuda, runner, 1, cfg, c,
-                                                dense ? &prefill_shape : nullptr, "prefill"));
+  ASSIGN_OR_RETURN(out["prefill"],
+                   PhaseProfile(cuda, runner, 1, cfg, c, &prefill_shape, "prefill"));
   for (int i = 0; i < cfg.gen_len; ++i) {
     for (int s = 0; s < batch; ++s) step_tokens[s] = {next[s]};
     ASSIGN_OR_RETURN(next, runner.Step(step_tokens, cfg.prompt_len + i, tables));
   }
-  ASSIGN_OR_RETURN(out["decode"], PhaseProfile(cuda, runner, cfg.gen_len, cfg, c,
-                                               dense ? &decode_shape : nullptr, "decode"));
+  ASSIGN_OR_RETURN(out["decode"],
+                   PhaseProfile(cuda, runner, cfg.gen_len, cfg, c, &decode_shape, "decode"));
   runner.set_before_forward(nullptr);
   return out;
 }
@@ -332,6 +342,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"flash_prefill", cfg.flash_prefill},
         {"decode_attention", cfg.decode_attention},
         {"fuse_qk_norm_rope", cfg.fuse_qk_norm_rope},
+        {"gemm_autotune", cfg.gemm_autotune},
         {"peak_read_gb_s", cfg.peak_read_gb_s},
         {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
@@ -356,6 +367,7 @@ absl::Status Run(const BenchConfig& cfg) {
          .batch_invariant = cfg.batch_invariant,
          .invariant_reference_rows = cfg.invariant_reference_rows,
          .gemv = cfg.gemv,
+         .gemm_autotune = cfg.gemm_autotune,
          .flash_prefill = cfg.flash_prefill,
          .decode_attention = cfg.decode_attention,
          .fuse_qk_norm_rope = cfg.fuse_qk_norm_rope,
@@ -465,6 +477,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--decode-attention", cfg.decode_attention,
                  "cuda: GQA-packed tensor-core decode attention")
+      ->capture_default_str();
+  app.add_option("--gemm-autotune", cfg.gemm_autotune,
+                 "cuda: time cuBLASLt's top candidates per GEMM shape family, keep the fastest")
       ->capture_default_str();
   app.add_option("--fuse-qk-norm-rope", cfg.fuse_qk_norm_rope,
                  "cuda: q/k norms, rotary embedding and the KV write as one kernel")

@@ -1,13 +1,16 @@
 #include "worker/tools/roofline.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace xserv::tools {
 
 double DecoderLinearParams(const ModelConfig& c) {
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
   const double attention = h * d * (2.0 * c.num_heads + 2.0 * c.num_kv_heads);
-  const double mlp = (c.architecture == Architecture::kGpt2 ? 2.0 : 3.0) * h * c.intermediate_size;
+  const double mlp = c.moe.IsMoe() ? h * static_cast<double>(c.moe.num_experts)  // the router
+                                    : (c.architecture == Architecture::kGpt2 ? 2.0 : 3.0) * h *
+                                          static_cast<double>(c.intermediate_size);
   return static_cast<double>(c.num_layers) * (attention + mlp);
 }
 
@@ -36,6 +39,26 @@ FamilyCost AttentionCost(const ModelConfig& c, const PhaseShape& s) {
   // q·k and p·v: 2 flops per multiply-add, head_dim each, per head and key.
   cost.flops = layers * static_cast<double>(s.batch) * n * keys_per_row *
                static_cast<double>(c.num_heads) * d * 4.0;
+  return cost;
+}
+
+double ExpectedDistinctExperts(const ModelConfig& c, double rows) {
+  const double e = static_cast<double>(c.moe.num_experts);
+  const double k = static_cast<double>(c.moe.num_experts_per_tok);
+  if (e <= 0 || rows <= 0) return 0.0;
+  return e * (1.0 - std::pow(1.0 - k / e, rows));
+}
+
+FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s, double bytes_per_weight) {
+  const double rows = static_cast<double>(s.batch * s.new_tokens);
+  // gate, up and down of one expert.
+  const double expert_params =
+      3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size);
+  const double layers = static_cast<double>(c.num_layers);
+  FamilyCost cost;
+  cost.bytes = layers * ExpectedDistinctExperts(c, rows) * expert_params * bytes_per_weight;
+  cost.flops = layers * 2.0 * rows * static_cast<double>(c.moe.num_experts_per_tok) *
+               expert_params;
   return cost;
 }
 

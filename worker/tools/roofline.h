@@ -1,8 +1,10 @@
 // What a profiled engine step should cost at the GPU's limits, per kernel family, for the engine
 // bench's reports (issue 9: every result states the roofline and the achieved fraction):
 //   matmul     the linear weights streamed (bytes) and 2 * rows * weights flops;
-//   attention  the KV cache read (decode: bytes) and the causal score/value products (flops).
-// Dense models only (the experts a MoE step reads depend on its routing). Pure arithmetic.
+//   attention  the KV cache read (decode: bytes) and the causal score/value products (flops);
+//   experts    (MoE) the weights of the experts a step routes to: their number depends on the
+//              routing, so the bound assumes uniform routing (the expected count of distinct
+//              experts among rows x top-k draws). Pure arithmetic.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +34,18 @@ struct FamilyCost {
   double flops = 0;
 };
 
-// The decoder linears' weights (q, k, v, o, MLP) and the lm_head of `c`, in parameters.
+// The decoder linears' weights (q, k, v, o, and the MLP or, for MoE, the router) and the lm_head
+// of `c`, in parameters.
 double DecoderLinearParams(const ModelConfig& c);
 double LmHeadParams(const ModelConfig& c);
 
 FamilyCost MatmulCost(const ModelConfig& c, const PhaseShape& s);
 FamilyCost AttentionCost(const ModelConfig& c, const PhaseShape& s);
+// Experts a layer reads on average for `rows` routed rows under uniform routing:
+// E * (1 - (1 - k / E)^rows), from k (one row) up to E.
+double ExpectedDistinctExperts(const ModelConfig& c, double rows);
+// `bytes_per_weight`: 2 for bf16 experts, 17 / 32 for MXFP4 (4-bit values, one scale byte per 32).
+FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s, double bytes_per_weight);
 
 // The time a family needs at the peaks (the slower of streaming its bytes and doing its flops),
 // and the fraction of that bound a measured time reaches (1 = at the roofline).

@@ -56,5 +56,45 @@ TEST(Roofline, AttentionReadsTheCacheAndCountsCausalPairs) {
   EXPECT_DOUBLE_EQ(prefill.bytes, 36.0 * 2048 * kv_row);
 }
 
+// gpt-oss-20b's shapes (refdata config): 24 layers, hidden 2880, 32 experts of intermediate 2880,
+// top-4; 64 heads and 8 kv heads of 64.
+ModelConfig GptOss20B() {
+  ModelConfig c;
+  c.architecture = Architecture::kGptOss;
+  c.hidden_size = 2880;
+  c.head_dim = 64;
+  c.num_heads = 64;
+  c.num_kv_heads = 8;
+  c.intermediate_size = 2880;
+  c.num_layers = 24;
+  c.vocab_size = 201088;
+  c.moe.num_experts = 32;
+  c.moe.num_experts_per_tok = 4;
+  return c;
+}
+
+TEST(Roofline, MoeLinearsAreAttentionAndRouterAndExpertsFollowTheRouting) {
+  const ModelConfig c = GptOss20B();
+  // 24 x (2880 x 64 x (2 x 64 + 2 x 8) + 2880 x 32): no dense MLP.
+  EXPECT_DOUBLE_EQ(DecoderLinearParams(c), 24.0 * (2880.0 * 64 * 144 + 2880.0 * 32));
+  // One row reads exactly its top-4; many rows approach all 32.
+  EXPECT_NEAR(ExpectedDistinctExperts(c, 1), 4.0, 1e-9);
+  EXPECT_NEAR(ExpectedDistinctExperts(c, 2), 32.0 * (1 - 0.875 * 0.875), 1e-9);
+  EXPECT_NEAR(ExpectedDistinctExperts(c, 4096), 32.0, 1e-6);
+  EXPECT_EQ(ExpectedDistinctExperts(c, 0), 0.0);
+  // Batch-1 decode, MXFP4: 24 layers x 4 experts x 3 x 2880^2 weights x 17/32 byte = 1.27 GB.
+  const double mxfp4 = 17.0 / 32.0;
+  const FamilyCost one = ExpertsCost(c, PhaseShape{.batch = 1}, mxfp4);
+  EXPECT_DOUBLE_EQ(one.bytes, 24.0 * 4 * 3 * 2880.0 * 2880 * mxfp4);
+  EXPECT_NEAR(one.bytes / 1e9, 1.27, 0.01);
+  EXPECT_DOUBLE_EQ(one.flops, 24.0 * 2 * 4 * 3 * 2880.0 * 2880);
+  // 64 rows: flops scale with the rows, bytes with the distinct experts only.
+  const FamilyCost many = ExpertsCost(c, PhaseShape{.batch = 64}, mxfp4);
+  EXPECT_DOUBLE_EQ(many.flops, 64 * one.flops);
+  EXPECT_NEAR(many.bytes, one.bytes * ExpectedDistinctExperts(c, 64) / 4.0, 1.0);
+  // A dense model has no expert cost.
+  EXPECT_EQ(ExpertsCost(Qwen3_8B(), PhaseShape{.batch = 8}, 2.0).bytes, 0.0);
+}
+
 }  // namespace
 }  // namespace xserv::tools
