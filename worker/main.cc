@@ -50,6 +50,7 @@ struct WorkerFlags {
   bool batch_invariant = false;
   bool cuda_graphs = true;
   bool tp_cuda_graphs = true;
+  bool pp_cuda_graphs = false;
   bool flash_prefill = true;
   bool decode_attention = true;
   bool fuse_qk_norm_rope = false;
@@ -322,9 +323,11 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
   spdlog::info("tp rank {}/{}, pp rank {}/{} following the leader", f.tp_rank, f.tp_size,
                f.pp_rank, f.pp_size);
   engine::DeviceStepRunner runner(backend, model, kv, *builder, *logits, ec.pipeline);
-  // The leader's engine makes the same graphs with the same limits (logits_rows included).
-  const std::unique_ptr<model::DecodeGraphs> graphs =
-      engine::MakeDecodeGraphs(ec, backend, model, kv, *builder, logits_rows);
+  // The leader's engine makes the same graphs with the same limits: the largest decode step,
+  // whatever this stage's logits placeholder.
+  const std::unique_ptr<model::DecodeGraphs> graphs = engine::MakeDecodeGraphs(
+      ec, backend, model, kv, *builder,
+      std::min(ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs));
   runner.set_graphs(graphs.get());
   engine::PeerLoopStats stats;
   // The loop runs on its own thread so this one keeps consuming SIGTERM/SIGINT (a signal nobody
@@ -487,6 +490,7 @@ int Run(const WorkerFlags& f) {
   ec.pipeline = LinkOf(f, *groups);
   ec.graphs = f.backend == "cuda" && f.cuda_graphs;
   ec.graphs_with_collectives = f.tp_cuda_graphs;
+  ec.graphs_with_pipeline = f.pp_cuda_graphs;
   ec.scheduler.max_in_flight_steps = MaxInFlightSteps(f);
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
@@ -600,6 +604,11 @@ int main(int argc, char** argv) {
   app.add_option("--fuse-qk-norm-rope", f.fuse_qk_norm_rope,
                  "cuda, experimental: q/k norms, rotary embedding and the KV write as one kernel "
                  "per layer (bit-identical to the separate ops); not yet run on GPUs")
+      ->capture_default_str();
+  app.add_option("--pp-cuda-graphs", f.pp_cuda_graphs,
+                 "cuda, experimental: decode graphs on pipeline stages too (each stage's NCCL "
+                 "receive, layers and send captured; needs --pp-nccl; every rank must run it); "
+                 "not yet run on GPUs")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "

@@ -39,8 +39,12 @@ constexpr double kSelfTol = 2e-2;
 // CPU-only).
 class Runner {
  public:
-  Runner(kernels::Backend& backend, const std::string& dir) : backend_(&backend) {
-    auto model = LoadModel(dir, backend, ModelLoadOptions{.max_num_tokens = 256});
+  // pp_rank / pp_size: one stage of a pipeline (its layers only; Forward then takes `hidden`).
+  Runner(kernels::Backend& backend, const std::string& dir, int pp_rank = 0, int pp_size = 1)
+      : backend_(&backend) {
+    auto model = LoadModel(dir, backend, ModelLoadOptions{.max_num_tokens = 256,
+                                                          .pp_rank = pp_rank,
+                                                          .pp_size = pp_size});
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
     model_ = std::move(*model);
@@ -104,6 +108,62 @@ class Runner {
     EXPECT_TRUE(backend_->CopyToHost(graph_logits_.view().SliceRows(0, rows), host.data()).ok());
     return host;
   }
+
+  // A pipeline stage's step through DecodeGraphs with its hand-off: `hidden` carries the
+  // residual stream between the stages (both on this backend, so no copy is needed: the
+  // receive and send are empty). Logits rows of the step on the last stage, nothing before it.
+  std::vector<float> StageGraphStep(const std::vector<SequenceChunk>& chunks,
+                                    const kernels::Tensor& hidden) {
+    const bool last = model_->is_last_stage();
+    if (graphs_ == nullptr) {
+      graphs_ = std::make_unique<DecodeGraphs>(*backend_, *model_, *kv_, *builder_, 16, 256);
+      if (last) {
+        auto logits = backend_->Allocate(kernels::DType::kF32, {16, vocab()});
+        EXPECT_TRUE(logits.ok());
+        graph_logits_ = std::move(*logits);
+      }
+    }
+    EXPECT_TRUE(graphs_->Accepts(chunks));
+    int handed = 0;  // the hooks run on direct and capturing passes, not on replays
+    const StageHandOff handoff{
+        .hidden = hidden,
+        .receive = [&](const kernels::Tensor&) { ++handed; return absl::OkStatus(); },
+        .send = [&](const kernels::Tensor&) { ++handed; return absl::OkStatus(); }};
+    const absl::Status status = graphs_->Run(
+        chunks, last ? graph_logits_.view() : kernels::Tensor{}, &handoff);
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_LE(handed, 2);
+    if (!last) return {};
+    const int64_t rows = static_cast<int64_t>(chunks.size());
+    std::vector<float> host(rows * vocab());
+    EXPECT_TRUE(backend_->CopyToHost(graph_logits_.view().SliceRows(0, rows), host.data()).ok());
+    return host;
+  }
+
+  // A prefill of one stage: hidden in (after the first) and out (before the last).
+  std::vector<float> StageStep(const std::vector<SequenceChunk>& chunks,
+                               const kernels::Tensor& hidden) {
+    auto in = builder_->Build(chunks);
+    EXPECT_TRUE(in.ok()) << in.status();
+    if (!in.ok()) return {};
+    const int64_t rows = in->logits_indices.dim(0);
+    int64_t tokens = 0;
+    for (const SequenceChunk& c : chunks) tokens += static_cast<int64_t>(c.tokens.size());
+    const kernels::Tensor h = hidden.SliceRows(0, tokens);
+    if (!model_->is_last_stage()) {
+      EXPECT_TRUE(model_->Forward(*in, kv_->layers(), kernels::Tensor{}, &h).ok());
+      return {};
+    }
+    auto logits = backend_->Allocate(kernels::DType::kF32, {rows, vocab()});
+    EXPECT_TRUE(logits.ok());
+    EXPECT_TRUE(model_->Forward(*in, kv_->layers(), logits->view(), &h).ok());
+    std::vector<float> host(rows * vocab());
+    EXPECT_TRUE(backend_->CopyToHost(logits->view(), host.data()).ok());
+    return host;
+  }
+
+  kernels::Backend& backend() { return *backend_; }
+  const ModelConfig& config() const { return model_->config(); }
 
   std::vector<float> Prefill(const std::vector<int32_t>& ids) {
     return Step({SequenceChunk{.tokens = ids, .start_position = 0,
@@ -270,6 +330,61 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << seqs << " sequences, step " << step;
     }
+  }
+}
+
+// Two pipeline stages on one device, their decode steps through DecodeGraphs with the hand-off
+// captured (EngineConfig::graphs_with_pipeline; here the stages share one hidden buffer per pair,
+// so the receive and send are empty), give the bits of the same two stages run op by op, in the
+// batch-invariant mode as above.
+TEST_P(CudaModel, PipelineStageGraphsEqualDirectSteps) {
+  auto invariant =
+      kernels::cuda::CudaBackend::Create({.device = 0, .batch_invariant = true});
+  ASSERT_TRUE(invariant.ok()) << invariant.status();
+  kernels::Backend& b = **invariant;
+  Runner first_d(b, ModelDir(GetParam()), 0, 2), last_d(b, ModelDir(GetParam()), 1, 2);
+  Runner first_g(b, ModelDir(GetParam()), 0, 2), last_g(b, ModelDir(GetParam()), 1, 2);
+  ASSERT_TRUE(first_d.ok() && last_d.ok() && first_g.ok() && last_g.ok());
+  const int64_t width = first_d.config().hidden_size;
+  auto hidden_d = b.Allocate(b.compute_dtype(), {256, width});
+  auto hidden_g = b.Allocate(b.compute_dtype(), {256, width});
+  ASSERT_TRUE(hidden_d.ok() && hidden_g.ok());
+  const Golden g = LoadGolden(ModelDir(GetParam()));
+  ASSERT_FALSE(g.inputs.empty());
+  const int64_t vocab = first_d.vocab();
+  constexpr int kSeqs = 3;  // bucket 4
+  std::vector<std::vector<int32_t>> tokens(kSeqs), tables(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    tokens[s] = g.inputs[s % g.inputs.size()];
+    tokens[s].resize(std::min<size_t>(tokens[s].size(), 20 + s));
+    // Every runner draws the same blocks (same shuffled pool, same requests).
+    tables[s] = first_d.NewTable(64);
+    for (Runner* r : {&last_d, &first_g, &last_g}) ASSERT_EQ(r->NewTable(64), tables[s]);
+    const SequenceChunk chunk{.tokens = tokens[s], .start_position = 0,
+                              .block_table = tables[s], .logits = LogitsRows::kLast};
+    first_d.StageStep({chunk}, hidden_d->view());
+    first_g.StageStep({chunk}, hidden_g->view());
+    const std::vector<float> want = last_d.StageStep({chunk}, hidden_d->view());
+    const std::vector<float> got = last_g.StageStep({chunk}, hidden_g->view());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
+  for (int step = 0; step < 4; ++step) {  // warm-up, capture + replay, replays
+    std::vector<int32_t> next(kSeqs);
+    std::vector<SequenceChunk> chunks;
+    for (int s = 0; s < kSeqs; ++s) {
+      next[s] = static_cast<int32_t>((step * 131 + s * 17) % vocab);
+      chunks.push_back({.tokens = std::span<const int32_t>(&next[s], 1),
+                        .start_position = static_cast<int32_t>(tokens[s].size()) + step,
+                        .block_table = tables[s]});
+    }
+    first_d.StageStep(chunks, hidden_d->view());
+    const std::vector<float> want = last_d.StageStep(chunks, hidden_d->view());
+    EXPECT_TRUE(first_g.StageGraphStep(chunks, hidden_g->view()).empty());
+    const std::vector<float> got = last_g.StageGraphStep(chunks, hidden_g->view());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "decode step " << step;
   }
 }
 

@@ -179,9 +179,36 @@ absl::StatusOr<kernels::Tensor> DeviceStepRunner::Run(const DeviceStep& step) {
                                           .logits = c.logits});
     tokens += static_cast<int64_t>(c.tokens.size());
   }
-  if (graphs_ != nullptr && link_.comm == nullptr && graphs_->Accepts(chunks) &&
-      model::DecodeGraphs::Bucket(static_cast<int64_t>(chunks.size())) <= logits_.view().dim(0)) {
-    RETURN_IF_ERROR(graphs_->Run(chunks, logits_.view()));
+  if (link_.comm != nullptr && hidden_.empty()) {
+    // Before any graph captures its address.
+    ASSIGN_OR_RETURN(hidden_, backend_.Allocate(backend_.compute_dtype(),
+                                                {model_.max_num_tokens(),
+                                                 model_.config().hidden_size}));
+  }
+  // Graphs: a single stage, or a pipeline stage whose hand-off is device to device (the graphs
+  // exist only then: MakeDecodeGraphs). Every stage decides alike: Accepts depends on the step
+  // and the limits only, and the logits rows bound only the last stage.
+  const bool device_link =
+      link_.comm != nullptr && link_.comm->memory() == parallel::MemoryKind::kDevice;
+  if (graphs_ != nullptr && (link_.comm == nullptr || device_link) && graphs_->Accepts(chunks) &&
+      (!model_.is_last_stage() ||
+       model::DecodeGraphs::Bucket(static_cast<int64_t>(chunks.size())) <=
+           logits_.view().dim(0))) {
+    if (link_.comm == nullptr) {
+      RETURN_IF_ERROR(graphs_->Run(chunks, logits_.view()));
+    } else {
+      ++forward_steps_;  // as the direct path counts its tags
+      model::StageHandOff handoff{.hidden = hidden_.view()};
+      if (link_.prev_rank >= 0) {
+        handoff.receive = [this](const kernels::Tensor& h) { return ReceiveHidden(h, 0); };
+      }
+      if (link_.next_rank >= 0) {
+        handoff.send = [this](const kernels::Tensor& h) { return SendHidden(h, 0); };
+      }
+      RETURN_IF_ERROR(graphs_->Run(
+          chunks, model_.is_last_stage() ? logits_.view() : kernels::Tensor{}, &handoff));
+    }
+    if (!model_.is_last_stage()) return kernels::Tensor{};
     return logits_.view().SliceRows(0, step.LogitsRowCount());
   }
   ASSIGN_OR_RETURN(model::ForwardInputs inputs, builder_.Build(chunks));
@@ -189,11 +216,6 @@ absl::StatusOr<kernels::Tensor> DeviceStepRunner::Run(const DeviceStep& step) {
   const kernels::Tensor* hidden = nullptr;
   kernels::Tensor hidden_rows;
   if (link_.comm != nullptr) {
-    if (hidden_.empty()) {
-      ASSIGN_OR_RETURN(hidden_, backend_.Allocate(backend_.compute_dtype(),
-                                                  {model_.max_num_tokens(),
-                                                   model_.config().hidden_size}));
-    }
     hidden_rows = hidden_.view().SliceRows(0, tokens);
     hidden = &hidden_rows;
     if (link_.prev_rank >= 0) RETURN_IF_ERROR(ReceiveHidden(hidden_rows, tag));

@@ -94,9 +94,17 @@ std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config
                                                       model::Model& model, model::KvCache& kv,
                                                       model::BatchBuilder& builder,
                                                       int64_t logits_rows) {
-  // Tensor-parallel ranks capture too (their all-reduces are NCCL calls on the captured stream):
-  // every rank runs the same plans, so each pads, captures and replays the same steps.
-  if (!config.graphs || !model.is_first_stage() || !model.is_last_stage()) return nullptr;
+  // Tensor-parallel ranks capture too (their all-reduces are NCCL calls on the captured stream),
+  // and so do pipeline stages with a device hand-off (NCCL send/recv captured likewise): every
+  // rank runs the same plans, so each pads, captures and replays the same steps.
+  if (!config.graphs) return nullptr;
+  if (!model.is_first_stage() || !model.is_last_stage()) {
+    const PipelineLink& link = config.pipeline;
+    if (!config.graphs_with_pipeline || link.comm == nullptr ||
+        link.comm->memory() != parallel::MemoryKind::kDevice) {
+      return nullptr;
+    }
+  }
   if (model.tp_size() > 1 && !config.graphs_with_collectives) return nullptr;
   return std::make_unique<model::DecodeGraphs>(backend, model, kv, builder, logits_rows,
                                                static_cast<int>(config.scheduler.max_model_len));

@@ -64,11 +64,14 @@ struct EngineConfig {
   PipelineLink pipeline;
   std::chrono::milliseconds idle_heartbeat{1000};
   // Decode steps as graph replays (model/decode_graphs.h) where the backend has graphs; for
-  // single-stage replicas (ignored with pipeline stages; tensor-parallel ones see below).
+  // single-stage replicas (pipeline stages and tensor-parallel ranks: see below).
   bool graphs = false;
-  // Decode graphs on tensor-parallel ranks too (their all-reduces captured with the kernels).
-  // Off by default until verified on GPUs: a rank that fell out of step would hang its peers.
+  // Decode graphs on tensor-parallel ranks too (their all-reduces captured with the kernels):
+  // every rank must run them, or a rank that fell out of step would hang its peers.
   bool graphs_with_collectives = false;
+  // Decode graphs on pipeline stages whose hand-off is device to device (NCCL): each stage's
+  // receive, layers and send are one graph. Every stage must run them, padded alike.
+  bool graphs_with_pipeline = false;
 };
 
 // A consistent snapshot for the Load RPC and metrics.
@@ -79,8 +82,10 @@ struct EngineLoad {
 };
 
 // The decode graphs of a rank (leader or peer) when `config.graphs` and the model is a single
-// stage; null otherwise. Every rank of a tensor-parallel replica must make the same decision with
-// the same limits, so that they pad, capture and replay the same steps.
+// stage, or a pipeline stage with graphs_with_pipeline and a device hand-off; null otherwise.
+// Every rank of a replica must make the same decision with the same limits (`logits_rows`: the
+// largest decode step, the same on every stage), so that they pad, capture and replay the same
+// steps.
 std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config,
                                                       kernels::Backend& backend,
                                                       model::Model& model, model::KvCache& kv,

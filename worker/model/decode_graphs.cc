@@ -46,38 +46,51 @@ bool DecodeGraphs::Accepts(std::span<const SequenceChunk> chunks) const {
 }
 
 absl::Status DecodeGraphs::Run(std::span<const SequenceChunk> chunks,
-                               const kernels::Tensor& logits) {
+                               const kernels::Tensor& logits, const StageHandOff* handoff) {
   const int64_t bucket = Bucket(static_cast<int64_t>(chunks.size()));
   ASSIGN_OR_RETURN(ForwardInputs in,
                    builder_.Build(chunks, {.pad_seqs_to = bucket, .min_max_seq_len = max_seq_len_}));
-  const kernels::Tensor rows = logits.SliceRows(0, bucket);
+  const kernels::Tensor rows = model_.is_last_stage() ? logits.SliceRows(0, bucket)
+                                                      : kernels::Tensor{};
+  // The forward pass of the padded step; a stage's hand-off around it (one token per sequence).
+  const auto forward = [&]() -> absl::Status {
+    if (handoff == nullptr) return model_.Forward(in, kv_.layers(), rows);
+    const kernels::Tensor hidden = handoff->hidden.SliceRows(0, bucket);
+    if (handoff->receive) RETURN_IF_ERROR(handoff->receive(hidden));
+    RETURN_IF_ERROR(model_.Forward(in, kv_.layers(), rows, &hidden));
+    return handoff->send ? handoff->send(hidden) : absl::OkStatus();
+  };
+  // Falling back alone would leave this rank running unpadded steps while its peers replay
+  // padded ones: their collectives (TP) or hand-off sizes (PP) would no longer match. Fail the
+  // step instead (the replica restarts; --cuda-graphs=false is the way out if captures keep
+  // failing).
+  const bool in_lockstep = model_.tp_size() > 1 || handoff != nullptr;
   Entry& e = entries_[bucket];
   if (e.graph >= 0 && e.logits == rows.data) return backend_.Replay(e.graph);
   if (!e.warmed) {
     e.warmed = true;
-    return model_.Forward(in, kv_.layers(), rows);
+    return forward();
   }
   if (absl::Status begin = backend_.BeginCapture(); !begin.ok()) {
+    if (in_lockstep) return begin;
     enabled_ = false;
     spdlog::info("decode graphs off: {}", begin.ToString());
-    return model_.Forward(in, kv_.layers(), rows);
+    return forward();
   }
-  const absl::Status forward = model_.Forward(in, kv_.layers(), rows);
+  const absl::Status ran = forward();
   absl::StatusOr<int64_t> graph = backend_.EndCapture();
-  if ((!forward.ok() || !graph.ok()) && model_.tp_size() > 1) {
-    // Falling back alone would leave this rank running unpadded steps while its peers replay
-    // padded ones: their collectives would no longer match. Fail the step (the replica restarts;
-    // --cuda-graphs=false is the way out if captures keep failing).
+  if ((!ran.ok() || !graph.ok()) && in_lockstep) {
     return absl::InternalError(absl::StrCat(
-        "decode graph capture of ", bucket, " rows failed on a tensor-parallel rank: ",
-        (!forward.ok() ? forward : graph.status()).ToString()));
+        "decode graph capture of ", bucket, " rows failed on a ",
+        handoff != nullptr ? "pipeline stage" : "tensor-parallel rank", ": ",
+        (!ran.ok() ? ran : graph.status()).ToString()));
   }
-  if (!forward.ok() || !graph.ok()) {
+  if (!ran.ok() || !graph.ok()) {
     // Nothing ran during the capture: turn graphs off and run the step directly.
     enabled_ = false;
     spdlog::warn("decode graphs off after a failed capture of {} rows: {}", bucket,
-                 (!forward.ok() ? forward : graph.status()).ToString());
-    return model_.Forward(in, kv_.layers(), rows);
+                 (!ran.ok() ? ran : graph.status()).ToString());
+    return forward();
   }
   e.graph = *graph;
   e.logits = rows.data;

@@ -10,14 +10,16 @@
 // direct run with the same kernels: padding never changes another row (the kernels are row-wise
 // or, for attention, split the same way).
 //
-// Single-stage replicas only (the pipeline hand-off goes through the host). Tensor-parallel ranks
-// (opt-in: EngineConfig::graphs_with_collectives) each hold one, leader and peers alike: they run
-// the same plans, so they pad, capture and replay the same steps, and the all-reduces are
-// captured with the kernels; a capture that fails there fails the step rather than let one rank
-// fall back alone. Owned and used by the engine-loop (or peer-loop) thread.
+// Tensor-parallel ranks (EngineConfig::graphs_with_collectives) each hold one, leader and peers
+// alike: they run the same plans, so they pad, capture and replay the same steps, and the
+// all-reduces are captured with the kernels. Pipeline stages with a device hand-off (opt-in:
+// EngineConfig::graphs_with_pipeline) capture their receive, layers and send as one graph
+// (StageHandOff). On either, a capture that fails fails the step rather than let one rank fall
+// back alone. Owned and used by the engine-loop (or peer-loop) thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 
@@ -28,6 +30,14 @@
 #include "worker/model/model.h"
 
 namespace xserv::model {
+
+// A pipeline stage's hand-off, made part of its graphs: the previous stage's hidden rows arrive
+// in `hidden` before this stage's layers and leave from it after (device-to-device calls on the
+// captured stream). Null functions: the first stage receives nothing, the last sends nothing.
+struct StageHandOff {
+  kernels::Tensor hidden;  // [>= the largest bucket, hidden size], the same buffer every step
+  std::function<absl::Status(const kernels::Tensor&)> receive, send;
+};
 
 class DecodeGraphs {
  public:
@@ -41,8 +51,10 @@ class DecodeGraphs {
   bool Accepts(std::span<const SequenceChunk> chunks) const;
 
   // Runs the step; logits rows [0, chunks.size()) of `logits` ([>= bucket, vocab] of a stable
-  // buffer) receive the results, the padding rows after them are scratch.
-  absl::Status Run(std::span<const SequenceChunk> chunks, const kernels::Tensor& logits);
+  // buffer; empty on a stage before the last) receive the results, the padding rows after them
+  // are scratch. `handoff`: this rank is a pipeline stage.
+  absl::Status Run(std::span<const SequenceChunk> chunks, const kernels::Tensor& logits,
+                   const StageHandOff* handoff = nullptr);
 
   // The bucket (padded sequence count) of a step of `seqs` sequences.
   static int64_t Bucket(int64_t seqs);
