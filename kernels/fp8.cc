@@ -42,4 +42,25 @@ void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t
   }
 }
 
+Fp8Rows QuantizeFp8Rows(std::span<const float> values, int64_t rows, int64_t cols,
+                        int64_t group) {
+  const int64_t groups = (cols + group - 1) / group;
+  Fp8Rows out;
+  out.codes.resize(static_cast<size_t>(rows * cols));
+  out.scales.resize(static_cast<size_t>(rows * groups));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t begin = g * group, end = std::min(cols, begin + group);
+      float amax = 0.0f;
+      for (int64_t j = begin; j < end; ++j) amax = std::max(amax, std::fabs(values[i * cols + j]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      out.scales[i * groups + g] = scale;
+      for (int64_t j = begin; j < end; ++j) {
+        out.codes[i * cols + j] = safetensors::FloatToF8E4M3Saturating(values[i * cols + j] / scale);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace xserv::kernels

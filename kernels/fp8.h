@@ -26,4 +26,14 @@ Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t
 void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t block,
                          std::span<float> values);
 
+// Dynamic per-row quantisation of activations for W8A8 GEMMs: each row's groups of `group`
+// columns get scale = amax / 448 in f32 (1 for an all-zero group; not rounded further) and codes
+// = E4M3(value / scale), round to nearest even, saturating. The reference of the CUDA kernel
+// (kernels/cuda/fp8_quant.h), which must give the same codes and scales.
+struct Fp8Rows {
+  std::vector<uint8_t> codes;  // E4M3 [rows, cols]
+  std::vector<float> scales;   // [rows, ceil(cols / group)]
+};
+Fp8Rows QuantizeFp8Rows(std::span<const float> values, int64_t rows, int64_t cols, int64_t group);
+
 }  // namespace xserv::kernels

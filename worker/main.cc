@@ -55,6 +55,7 @@ struct WorkerFlags {
   bool decode_attention = true;
   bool fuse_qk_norm_rope = false;
   bool gemm_autotune = false;
+  bool fp8_w8a8 = false;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
   double step_timeout_s = -1;
@@ -107,7 +108,8 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
                           .gemm_autotune = f.gemm_autotune,
                           .flash_prefill = f.flash_prefill,
                           .decode_attention = f.decode_attention,
-                          .fuse_qk_norm_rope = f.fuse_qk_norm_rope}));
+                          .fuse_qk_norm_rope = f.fuse_qk_norm_rope,
+                          .fp8_w8a8 = f.fp8_w8a8}));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -596,6 +598,11 @@ int main(int argc, char** argv) {
   app.add_option("--decode-attention", f.decode_attention,
                  "cuda: decode attention on tensor cores with each kv head's query heads packed "
                  "into one tile (head_dim 64/128; not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--fp8-w8a8", f.fp8_w8a8,
+                 "cuda, experimental, with --fp8-matmuls: steps of more than 8 rows quantise "
+                 "their activations to FP8 per row and 128 columns and run cuBLASLt's FP8 "
+                 "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
       ->capture_default_str();
   app.add_option("--gemm-autotune", f.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "

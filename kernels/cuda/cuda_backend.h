@@ -49,6 +49,10 @@ struct CudaBackendOptions {
   bool decode_attention = false;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
+  // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
+  // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
+  // batch-invariant mode keep decoding the weight to bf16).
+  bool fp8_w8a8 = false;
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };
@@ -137,6 +141,8 @@ class CudaBackend final : public Backend {
                             const ExpertWeights& experts, const GluParams& glu, const Tensor& out);
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
+  // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape.
+  absl::Status MatmulW8A8(const GemmCall& call, const Fp8Weight& w);
   // check_each_op: the CPU backend's host-side checks of the step's attention metadata.
   absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
                                       const AttentionBatch& batch);
@@ -157,8 +163,11 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;  // the device's SMs: how many CTAs fill it
   // The MXFP4 experts' scratch (moe_mxfp4.h): routing, activations, down outputs.
   Buffer moe_routing_, moe_act_, moe_out_;
-  // MatmulFp8's bf16 copy of a weight for the GEMM path, grown on demand.
-  Buffer fp8_weight_;
+  // MatmulFp8's bf16 copy of a weight for the GEMM path, grown on demand; the W8A8 path's
+  // quantised activations, their scales, and its output when the rows are padded.
+  Buffer fp8_weight_, fp8_act_, fp8_act_scales_, fp8_out_;
+  // Whether the W8A8 path was refused (cuBLASLt had no algorithm): logged once.
+  bool fp8_w8a8_refused_ = false;
   std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index
   std::vector<Buffer> retired_;          // scratch outgrown by Reserve, still in graphs
   // CopyFromHost of kStagedCopyBytes or more: two pinned chunks, each with the event of its last

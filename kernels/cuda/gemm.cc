@@ -320,4 +320,75 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
+  if (c.m == 0 || c.n == 0) return absl::OkStatus();
+  const auto key = std::make_tuple(c.m, c.n, c.k, c.ldo);
+  auto it = fp8_plans_.find(key);
+  if (it == fp8_plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    // The weights (A) carry 128 x 128 block scales, the activations (B) one per 128 columns.
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                      &transa, sizeof(transa)));
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                      &transb, sizeof(transb)));
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                      &a_mode, sizeof(a_mode)));
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                      &b_mode, sizeof(b_mode)));
+    RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, CUDA_R_8F_E4M3,
+                                                  static_cast<uint64_t>(c.k),
+                                                  static_cast<uint64_t>(c.n), c.k));
+    RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->x_layout, CUDA_R_8F_E4M3,
+                                                  static_cast<uint64_t>(c.k),
+                                                  static_cast<uint64_t>(c.m), c.k));
+    RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->out_layout, CUDA_R_16BF,
+                                                  static_cast<uint64_t>(c.n),
+                                                  static_cast<uint64_t>(c.m), c.ldo));
+    // The scale pointers are part of what the heuristic checks: set this call's first.
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.w_scales, sizeof(c.w_scales)));
+    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
+    cublasLtMatmulPreference_t pref = nullptr;
+    RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kWorkspaceBytes;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->w_layout, plan->x_layout,
+                                          plan->out_layout, plan->out_layout, pref, 1, &result,
+                                          &found);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+      plan->algo = result.algo;
+    } else {
+      plan.reset();  // remembered as refused
+    }
+    it = fp8_plans_.emplace(key, std::move(plan)).first;
+  }
+  Plan* plan = it->second.get();
+  if (plan == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("MatmulFp8: cuBLASLt has no FP8 block-scaled "
+                                                 "algorithm for m=", c.m, " n=", c.n, " k=",
+                                                 c.k));
+  }
+  RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.w_scales, sizeof(c.w_scales)));
+  RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
+  const float alpha = 1.0f, beta = 0.0f;
+  RETURN_IF_LT_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, c.w, plan->w_layout, c.x,
+                                    plan->x_layout, &beta, c.out, plan->out_layout, c.out,
+                                    plan->out_layout, &plan->algo, workspace_, kWorkspaceBytes,
+                                    stream));
+  return absl::OkStatus();
+}
+
 }  // namespace xserv::kernels::cuda

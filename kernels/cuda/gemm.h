@@ -43,6 +43,22 @@ struct GemmCall {
   int64_t m = 0, n = 0, k = 0;
 };
 
+// One W8A8 GEMM in row-major terms, on cuBLASLt's FP8 block scaling (sm_90):
+// out[m, n] bf16 = (x codes * x scales) · (w codes * w scales)^T, where
+//   w  E4M3 [n, k] row-major, one f32 scale per 128 x 128 block: [ceil(n / 128), k / 128]
+//      row-major (the checkpoint's weight_scale_inv), k / 128 a multiple of 4;
+//   x  E4M3 [m, k] contiguous, one f32 scale per row and 128 columns, stored group-major with
+//      the rows contiguous (fp8_quant.h), m a multiple of 4.
+struct Fp8GemmCall {
+  const void* w = nullptr;
+  const float* w_scales = nullptr;
+  const void* x = nullptr;
+  const float* x_scales = nullptr;
+  void* out = nullptr;  // bf16, row stride ldo
+  int64_t ldo = 0;
+  int64_t m = 0, n = 0, k = 0;
+};
+
 struct GemmOptions {
   bool batch_invariant = false;
   // The m at which a family's one algorithm is chosen (batch_invariant only): small favours
@@ -70,6 +86,9 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   absl::Status Run(const GemmCall& call, cudaStream_t stream);
+  // Unimplemented when cuBLASLt offers no algorithm for the call's shape (the caller takes
+  // another path); remembered, so a refused shape is not asked about again.
+  absl::Status RunFp8(const Fp8GemmCall& call, cudaStream_t stream);
 
   size_t num_plans() const { return plans_.size(); }
 
@@ -107,6 +126,8 @@ class GemmRunner {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
   std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket
+  // RunFp8's plans by (m, n, k, ldo); null: cuBLASLt had no algorithm.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> fp8_plans_;
 };
 
 }  // namespace xserv::kernels::cuda

@@ -2,13 +2,18 @@
 // MatmulFp8: FP8 block-scaled weights through the skinny GEMV (decode) or decoded to bf16 scratch
 // and the same GEMM.
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_dequant.h"
+#include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/op_util.h"
+#include "spdlog/spdlog.h"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -111,6 +116,17 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .block = static_cast<int>(w.block)};
     if (GemvSupports(gemv)) return Launched(kOp, LaunchGemv(gemv, stream_));
   }
+  if (options_.fp8_w8a8 && !options_.batch_invariant && w.block == 128 && k % 128 == 0 &&
+      (k / 128) % 4 == 0 && n % 16 == 0 && call.out_type == ElemType::kBF16 &&
+      call.ldo % 8 == 0) {
+    const absl::Status w8a8 = MatmulW8A8(call, w);
+    if (w8a8.ok()) return w8a8;
+    if (!absl::IsUnimplemented(w8a8)) return w8a8;
+    if (!fp8_w8a8_refused_) {
+      fp8_w8a8_refused_ = true;
+      spdlog::warn("{}; decoding FP8 weights to bf16 for such shapes", std::string(w8a8.message()));
+    }
+  }
   // Otherwise the weight decoded into bf16 scratch, then the bf16 GEMM: 5 bytes of traffic per
   // weight against 2 for weights decoded at load, so bandwidth-bound steps of more than 8 rows
   // are slower than BF16 until a W8A16 tensor-core GEMM exists (why --fp8-matmuls is opt-in).
@@ -121,6 +137,55 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   call.w = fp8_weight_.view().data;
   call.ldw = k;
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
+  return Launched(kOp, cudaGetLastError());
+}
+
+absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
+  constexpr const char* kOp = "MatmulFp8";
+  const int64_t m = call.m, n = call.n, k = call.k;
+  // cuBLASLt reads the activation scales with the rows padded to 4: so is the GEMM's m, with
+  // zero rows (and zero scales) after the real ones and their outputs in scratch.
+  const int64_t m_pad = Fp8ActScaleStride(m);
+  const int64_t scale_floats = (k / 128) * m_pad;
+  RETURN_IF_ERROR(Reserve(fp8_act_, static_cast<size_t>(m_pad * k)));
+  RETURN_IF_ERROR(Reserve(fp8_act_scales_, static_cast<size_t>(scale_floats) * sizeof(float)));
+  auto* codes = static_cast<uint8_t*>(fp8_act_.view().data);
+  auto* scales = static_cast<float*>(fp8_act_scales_.view().data);
+  if (m_pad != m) {
+    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(codes + m * k, 0, static_cast<size_t>((m_pad - m) * k),
+                                         stream_));
+    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(scales, 0, static_cast<size_t>(scale_floats) *
+                                                        sizeof(float), stream_));
+  }
+  RETURN_IF_ERROR(Launched(kOp, LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales,
+                                                      stream_)));
+  void* out = call.out;
+  int64_t ldo = call.ldo;
+  if (m_pad != m) {
+    RETURN_IF_ERROR(Reserve(fp8_out_, static_cast<size_t>(m_pad * n) * 2));
+    out = fp8_out_.view().data;
+    ldo = n;
+  }
+  RETURN_IF_ERROR(gemm_->RunFp8({.w = w.codes.data,
+                                 .w_scales = w.scales.as<float>(),
+                                 .x = codes,
+                                 .x_scales = scales,
+                                 .out = out,
+                                 .ldo = ldo,
+                                 .m = m_pad,
+                                 .n = n,
+                                 .k = k},
+                                stream_));
+  if (out != call.out) {
+    RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(call.out, static_cast<size_t>(call.ldo) * 2, out,
+                                           static_cast<size_t>(n) * 2, static_cast<size_t>(n) * 2,
+                                           static_cast<size_t>(m), cudaMemcpyDeviceToDevice,
+                                           stream_));
+  }
+  if (call.bias != nullptr) {
+    const RowsView rows{call.out, m, n, call.ldo};
+    RETURN_IF_CUDA_ERROR(LaunchAddBias(rows, call.out_type, call.bias, call.bias_type, stream_));
+  }
   return Launched(kOp, cudaGetLastError());
 }
 

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/safetensors/float_convert.h"
+#include "kernels/fp8.h"
 #include "kernels/mxfp4.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -275,6 +277,68 @@ TEST_F(CudaOps, MatmulWithAutotuneMatchesCpu) {
   ASSERT_TRUE((*tuned)->Replay(*graph).ok());
   ASSERT_TRUE((*tuned)->Synchronize().ok());
   EXPECT_LE(Error(out), kBf16OutTol);
+}
+
+// W8A8 (opt-in fp8_w8a8): activations quantised per row and 128 columns, then cuBLASLt's FP8
+// block-scaled GEMM. Against the same arithmetic on the host (kernels::QuantizeFp8Rows of the
+// bf16 x, the weight decoded exactly, a double-accumulated GEMM) within bf16 output tolerance --
+// a wrong scale layout is far off -- and against the W8A16 CPU reference within FP8's
+// activation error; row counts not a multiple of 4 (padded inside), with and without a bias.
+TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
+  auto w8a8 = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .check_each_op = true, .fp8_w8a8 = true});
+  ASSERT_TRUE(w8a8.ok()) << w8a8.status();
+  std::mt19937 rng(21);
+  const GemmShape shapes[] = {{9, 256, 512}, {64, 384, 1024}, {130, 256, 512}, {16, 128, 512}};
+  for (const GemmShape s : shapes) {
+    SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k);
+    const std::vector<float> x_host = RandomBf16(s.m * s.k, rng, -2, 2);
+    const Twin x = Upload(x_host, {s.m, s.k});
+    std::vector<float> w_values(s.n * s.k);
+    for (float& v : w_values) v = std::uniform_real_distribution<float>(-0.2f, 0.2f)(rng);
+    const Fp8Blocks q = QuantizeFp8Blocks(w_values, s.n, s.k, 128);
+    const int64_t scale_rows = (s.n + 127) / 128, scale_cols = s.k / 128;
+    auto upload_u8 = [&](Backend& b, const std::vector<uint8_t>& host) {
+      auto t = b.Allocate(DType::kU8, {s.n, s.k});
+      EXPECT_TRUE(t.ok());
+      EXPECT_TRUE(b.CopyFromHost(host.data(), t->view()).ok());
+      return std::move(*t);
+    };
+    const Buffer codes_cuda = upload_u8(**w8a8, q.codes), codes_cpu = upload_u8(cpu(), q.codes);
+    const Twin scales = Upload(q.scale_inv, {scale_rows, scale_cols}, DType::kF32);
+    const Twin bias = Upload(RandomBf16(s.n, rng), {s.n});
+    for (const bool with_bias : {false, true}) {
+      const Twin out = Poisoned({s.m, s.n});
+      ASSERT_TRUE(cuda().Synchronize().ok());
+      const absl::Status run = (*w8a8)->MatmulFp8(x.cuda, {codes_cuda.view(), scales.cuda, 128},
+                                                  with_bias ? &bias.cuda : nullptr, out.cuda);
+      ASSERT_TRUE(run.ok()) << run;
+      ASSERT_TRUE((*w8a8)->Synchronize().ok());
+      // The host emulation.
+      const Fp8Rows xq = QuantizeFp8Rows(x_host, s.m, s.k, 128);
+      std::vector<float> w_dq(s.n * s.k);
+      DequantizeFp8Blocks(q, s.n, s.k, 128, w_dq);
+      const std::vector<float> bias_host = DownloadCpu(bias.cpu);
+      std::vector<float> want(s.m * s.n);
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          double acc = with_bias ? bias_host[j] : 0.0;
+          for (int64_t c = 0; c < s.k; ++c) {
+            const double a = safetensors::F8E4M3ToFloat(xq.codes[i * s.k + c]) *
+                             xq.scales[i * scale_cols + c / 128];
+            acc += a * w_dq[j * s.k + c];
+          }
+          want[i * s.n + j] = static_cast<float>(acc);
+        }
+      }
+      EXPECT_LE(RelativeError(DownloadCuda(out.cuda), want), kBf16OutTol);
+      // The W8A16 reference: only the activations' FP8 rounding (3 mantissa bits) apart.
+      ASSERT_TRUE(cpu().MatmulFp8(x.cpu, {codes_cpu.view(), scales.cpu, 128},
+                                  with_bias ? &bias.cpu : nullptr, out.cpu)
+                      .ok());
+      EXPECT_LE(Error(out), 6e-2);
+    }
+  }
 }
 
 TEST_F(CudaOps, RopeOnStridedHeads) {

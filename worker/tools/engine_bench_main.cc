@@ -73,6 +73,7 @@ struct BenchConfig {
   bool decode_attention = true;   // GQA-packed tensor-core decode attention
   bool fuse_qk_norm_rope = false;  // one kernel for q/k norms, rotary and the KV write
   bool gemm_autotune = false;      // time cuBLASLt candidates per shape family
+  bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
@@ -343,6 +344,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"decode_attention", cfg.decode_attention},
         {"fuse_qk_norm_rope", cfg.fuse_qk_norm_rope},
         {"gemm_autotune", cfg.gemm_autotune},
+        {"fp8_w8a8", cfg.fp8_w8a8},
         {"peak_read_gb_s", cfg.peak_read_gb_s},
         {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
@@ -371,6 +373,7 @@ absl::Status Run(const BenchConfig& cfg) {
          .flash_prefill = cfg.flash_prefill,
          .decode_attention = cfg.decode_attention,
          .fuse_qk_norm_rope = cfg.fuse_qk_norm_rope,
+         .fp8_w8a8 = cfg.fp8_w8a8,
          .profile_ops = cfg.profile_ops}));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
@@ -477,6 +480,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--decode-attention", cfg.decode_attention,
                  "cuda: GQA-packed tensor-core decode attention")
+      ->capture_default_str();
+  app.add_option("--fp8-w8a8", cfg.fp8_w8a8,
+                 "cuda, with --fp8-matmuls: W8A8 (FP8 activations, block-scaled FP8 GEMM) above "
+                 "8 rows")
       ->capture_default_str();
   app.add_option("--gemm-autotune", cfg.gemm_autotune,
                  "cuda: time cuBLASLt's top candidates per GEMM shape family, keep the fastest")

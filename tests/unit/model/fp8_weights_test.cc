@@ -155,6 +155,47 @@ TEST(Fp8Quantiser, BlockScalesAndRoundTrip) {
   }
 }
 
+// The W8A8 activation quantiser: per row and group, scale = amax / 448 exactly (1 for an
+// all-zero group), the largest magnitude coded as +-448, every value back within E4M3's
+// half-ulp (or its subnormal step).
+TEST(Fp8Quantiser, RowGroupScalesAndRoundTrip) {
+  constexpr int64_t kRows = 3, kCols = 10, kGroup = 4;  // a partial last group
+  std::vector<float> values(kRows * kCols, 0.0f);
+  std::mt19937 rng(11);
+  for (int64_t i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < kCols; ++j) {
+      if (i == 1 && j < 4) continue;  // row 1, group 0 stays all zero
+      values[i * kCols + j] = std::ldexp(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f,
+                                         static_cast<int>(rng() % 9) - 4);
+    }
+  }
+  const kernels::Fp8Rows q = kernels::QuantizeFp8Rows(values, kRows, kCols, kGroup);
+  ASSERT_EQ(q.scales.size(), static_cast<size_t>(kRows * 3));
+  ASSERT_EQ(q.codes.size(), values.size());
+  EXPECT_EQ(q.scales[1 * 3 + 0], 1.0f);
+  for (int64_t i = 0; i < kRows; ++i) {
+    for (int64_t g = 0; g < 3; ++g) {
+      float amax = 0;
+      for (int64_t j = g * kGroup; j < std::min(kCols, (g + 1) * kGroup); ++j) {
+        amax = std::max(amax, std::fabs(values[i * kCols + j]));
+      }
+      const float scale = q.scales[i * 3 + g];
+      if (amax == 0) continue;
+      EXPECT_EQ(scale, amax / 448.0f);
+      for (int64_t j = g * kGroup; j < std::min(kCols, (g + 1) * kGroup); ++j) {
+        const float v = values[i * kCols + j];
+        const float got = safetensors::F8E4M3ToFloat(q.codes[i * kCols + j]) * scale;
+        if (std::fabs(v) == amax) {
+          EXPECT_EQ(std::fabs(safetensors::F8E4M3ToFloat(q.codes[i * kCols + j])), 448.0f);
+        }
+        EXPECT_LE(std::fabs(got - v), std::max(std::fabs(v) / 16.0f, std::ldexp(scale, -10)) +
+                                          1e-12f)
+            << i << "," << j << ": " << v << " -> " << got;
+      }
+    }
+  }
+}
+
 TEST(Fp8Weights, MisshapenScalesAreALoadError) {
   const Fp8Checkpoint ckpt = Write("fp8_bad");
   kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});

@@ -1,0 +1,62 @@
+// Dynamic per-row FP8 (E4M3) quantisation of bf16 activations in groups of 128 columns, for the
+// W8A8 GEMM: scale = amax / 448 (1 for an all-zero group), codes = E4M3(x / scale), round to
+// nearest even, saturating. Exactly kernels::QuantizeFp8Rows (the CPU reference).
+//
+// Tile: one warp per (row, group); lane l holds columns 4l .. 4l + 3 of the group.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_quant.h"
+
+namespace xserv::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kGroup = 128;
+constexpr int kPerLane = kGroup / kWarpSize;  // 4
+constexpr int kWarps = 8;
+
+__global__ void __launch_bounds__(kWarps * kWarpSize)
+    QuantizeFp8RowsKernel(const bf16* x, int64_t ldx, int64_t rows, int64_t groups,
+                          uint8_t* codes, float* scales, int64_t scale_stride) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
+  if (item >= rows * groups) return;  // whole warps
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t m = item / groups, g = item % groups;
+  const bf16* in = x + m * ldx + g * kGroup + lane * kPerLane;
+  float v[kPerLane];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    v[i] = __bfloat162float(in[i]);
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = WarpMax(amax);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  uint32_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const uint32_t code = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    packed |= code << (8 * i);
+  }
+  *reinterpret_cast<uint32_t*>(codes + m * groups * kGroup + g * kGroup + lane * kPerLane) =
+      packed;
+  if (lane == 0) scales[g * scale_stride + m] = scale;
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantizeFp8Rows(const void* x, int64_t ldx, int64_t rows, int64_t cols,
+                                  uint8_t* codes, float* scales, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if (cols % kGroup != 0) return cudaErrorInvalidValue;
+  const int64_t groups = cols / kGroup;
+  const int64_t warps = rows * groups;
+  const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+  QuantizeFp8RowsKernel<<<blocks, kWarps * kWarpSize, 0, stream>>>(
+      static_cast<const bf16*>(x), ldx, rows, groups, codes, scales, Fp8ActScaleStride(rows));
+  return cudaGetLastError();
+}
+
+}  // namespace xserv::kernels::cuda
