@@ -94,6 +94,14 @@ absl::Status GemmRunner::Describe(const GemmCall& c, bool epilogue_bias, Plan& p
   return absl::OkStatus();
 }
 
+cublasStatus_t GemmRunner::Launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                                  const void* w, const void* x, void* out, cudaStream_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.w_layout, x, plan.x_layout, &beta, out,
+                        plan.out_layout, out, plan.out_layout, &algo, workspace_, kWorkspaceBytes,
+                        stream);
+}
+
 absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candidates(
     const GemmCall& c, const Plan& plan, bool no_split_k, int max) {
   cublasLtMatmulPreference_t pref = nullptr;
@@ -165,16 +173,11 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& 
     cudaEventDestroy(start);
     RETURN_IF_CUDA_ERROR(err);
   }
-  const float alpha = 1.0f, beta = 0.0f;
   size_t best = 0;
   float best_ms = -1.0f;
   absl::Status status;
   for (size_t i = 0; i < results.size() && status.ok(); ++i) {
-    auto run = [&] {
-      return cublasLtMatmul(handle_, plan.desc, &alpha, c.w, plan.w_layout, c.x, plan.x_layout,
-                            &beta, c.out, plan.out_layout, c.out, plan.out_layout,
-                            &results[i].algo, workspace_, kWorkspaceBytes, stream);
-    };
+    auto run = [&] { return Launch(plan, results[i].algo, c.w, c.x, c.out, stream); };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run is skipped
     cudaEventRecord(start, stream);
     for (int r = 0; r < kRuns; ++r) run();
@@ -308,11 +311,7 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
     RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  RETURN_IF_LT_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, c.w, plan->w_layout, c.x,
-                                    plan->x_layout, &beta, c.out, plan->out_layout, c.out,
-                                    plan->out_layout, &plan->algo, workspace_, kWorkspaceBytes,
-                                    stream));
+  RETURN_IF_LT_ERROR(Launch(*plan, plan->algo, c.w, c.x, c.out, stream));
   if (c.bias != nullptr && !epilogue_bias) {
     const RowsView out{c.out, c.m, c.n, c.ldo};
     RETURN_IF_CUDA_ERROR(LaunchAddBias(out, c.out_type, c.bias, c.bias_type, stream));
@@ -383,11 +382,7 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
       plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.w_scales, sizeof(c.w_scales)));
   RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
-  const float alpha = 1.0f, beta = 0.0f;
-  RETURN_IF_LT_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, c.w, plan->w_layout, c.x,
-                                    plan->x_layout, &beta, c.out, plan->out_layout, c.out,
-                                    plan->out_layout, &plan->algo, workspace_, kWorkspaceBytes,
-                                    stream));
+  RETURN_IF_LT_ERROR(Launch(*plan, plan->algo, c.w, c.x, c.out, stream));
   return absl::OkStatus();
 }
 

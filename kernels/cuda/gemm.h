@@ -107,6 +107,9 @@ class GemmRunner {
   // that reduce k inside one CTA.
   absl::StatusOr<cublasLtMatmulAlgo_t> ChooseAlgo(const GemmCall& call, const Plan& plan,
                                                  bool no_split_k);
+  // out = w x with `plan`'s layouts and `algo` (alpha 1, beta 0, the shared workspace).
+  cublasStatus_t Launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* w,
+                        const void* x, void* out, cudaStream_t stream);
   // The heuristic's candidates (at most `max`), best guess first.
   absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Candidates(const GemmCall& call,
                                                                           const Plan& plan,
