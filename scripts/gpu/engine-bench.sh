@@ -16,14 +16,36 @@ work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
   --out "$work" --model-only >/dev/null 2>&1
+# VARIANTS="name=FLAGS|name2=FLAGS2": the heuristic mode once per variant (its flags after
+# BENCH_FLAGS), on the same weights, then a table of decode ms/step by batch (e.g.
+# VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true").
+bench() {  # flags...
+  .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda \
+    --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-64}" --batch "$batches" --repeats 3 \
+    "$@" 2>&1 | grep --line-buffered -v "^\s*$"
+}
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit: $XSERV_COMMIT"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  for mode in ${MODES:-heuristic ${REFERENCE_ROWS:-256}}; do
-    if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
-    else flags=(--batch-invariant true --invariant-reference-rows "$mode"); fi
-    .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda \
-      --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-64}" --batch "$batches" --repeats 3 "${flags[@]}" ${BENCH_FLAGS:-} 2>&1 | grep --line-buffered -v "^\s*$"
-  done
+  if [[ -n ${VARIANTS:-} ]]; then
+    IFS='|' read -r -a variants <<<"$VARIANTS"
+    for v in "${variants[@]}"; do
+      echo "== variant ${v%%=*}: ${v#*=}"
+      # shellcheck disable=SC2086
+      bench --batch-invariant false ${BENCH_FLAGS:-} ${v#*=}
+    done
+  else
+    for mode in ${MODES:-heuristic ${REFERENCE_ROWS:-256}}; do
+      if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
+      else flags=(--batch-invariant true --invariant-reference-rows "$mode"); fi
+      # shellcheck disable=SC2086
+      bench "${flags[@]}" ${BENCH_FLAGS:-}
+    done
+  fi
 } | tee "$OUT/engine-bench-$arch.txt"
+if [[ -n ${VARIANTS:-} ]]; then  # variant, batch, prefill tok/s, decode ms/step
+  awk '/^== variant/ {v = $3; sub(":", "", v)} /^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$/ {
+         printf "%-12s b=%-5s prefill %10s tok/s  decode %7s ms/step\n", v, $1, $4, $6}' \
+    "$OUT/engine-bench-$arch.txt"
+fi
 rm -rf "$work"
