@@ -4,6 +4,21 @@
 #include "common/status.h"
 
 namespace xserv::kernels {
+namespace {
+
+// Head h of x [T, heads, head_dim] as a [T, head_dim] view (rows token-strided).
+Tensor HeadView(const Tensor& x, int64_t h) {
+  Tensor view = x;
+  view.data = static_cast<char*>(x.data) + h * x.stride(1) * static_cast<int64_t>(DTypeSize(x.dtype));
+  view.rank = 2;
+  view.shape = {x.dim(0), x.dim(2), 0, 0};
+  view.strides = {x.stride(0), x.stride(2), 0, 0};
+  return view;
+}
+
+}  // namespace
+
+bool Backend::TakesStridedQkNormRope(int64_t /*head_dim*/) const { return false; }
 
 absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const QkNormRope& p, const KvLayer& kv,
@@ -15,8 +30,17 @@ absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const 
     return absl::InvalidArgumentError("QkNormRopeWriteKv: positions and cos_sin come together");
   }
   if (p.q_norm != nullptr) {
-    RETURN_IF_ERROR(RmsNorm(q, *p.q_norm, p.eps, q));
-    RETURN_IF_ERROR(RmsNorm(k, *p.k_norm, p.eps, k));
+    // Packed heads in one call; the heads of a stacked projection's slices one at a time.
+    for (const auto& [x, w] : {std::pair{&q, p.q_norm}, std::pair{&k, p.k_norm}}) {
+      if (x->rank != 3 || x->stride(0) == x->dim(1) * x->stride(1)) {
+        RETURN_IF_ERROR(RmsNorm(*x, *w, p.eps, *x));
+        continue;
+      }
+      for (int64_t h = 0; h < x->dim(1); ++h) {
+        const Tensor head = HeadView(*x, h);
+        RETURN_IF_ERROR(RmsNorm(head, *w, p.eps, head));
+      }
+    }
   }
   if (p.cos_sin != nullptr) {
     RETURN_IF_ERROR(Rope(q, *p.positions, *p.cos_sin));

@@ -160,6 +160,11 @@ class Backend {
   virtual absl::Status QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const QkNormRope& p, const KvLayer& kv,
                                          const Tensor& slot_mapping);
+  // Whether QkNormRopeWriteKv on column slices of one [T, (heads + 2 kv_heads) * head_dim]
+  // projection costs no more than on packed q/k/v (the default normalises such slices one head
+  // at a time: cheap on the CPU, a launch per head on a GPU). The models then stack their q, k
+  // and v weights into one projection: one GEMM per layer instead of three.
+  virtual bool TakesStridedQkNormRope(int64_t head_dim) const;
   // Causal attention of q [T, heads, head_dim] over the paged KV of each sequence (written by
   // WriteKv first), GQA by heads / kv_heads. out [T, heads, head_dim].
   virtual absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,

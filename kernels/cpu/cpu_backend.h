@@ -54,6 +54,8 @@ class CpuBackend final : public Backend {
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
   absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
                        const Tensor& slot_mapping) override;
+  // The default's per-head norms cost nothing a GPU launch would: models stack q, k and v.
+  bool TakesStridedQkNormRope(int64_t /*head_dim*/) const override { return true; }
   absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
                          const AttentionParams& params, const Tensor& out) override;
 

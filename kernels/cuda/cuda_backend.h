@@ -104,6 +104,8 @@ class CudaBackend final : public Backend {
   absl::Status QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const QkNormRope& p, const KvLayer& kv,
                                  const Tensor& slot_mapping) override;
+  // With the fused kernel (fuse_qk_norm_rope) for this head size.
+  bool TakesStridedQkNormRope(int64_t head_dim) const override;
   absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
                        const Tensor& slot_mapping) override;
   absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,

@@ -2,6 +2,7 @@
 // and dtypes here; the step's metadata (positions, slots, block tables) lives on the device and is
 // bounds-checked by the kernels (NaN rows / skipped slots), or on the host in check_each_op mode.
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -89,6 +90,11 @@ absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLaye
                          .v_cache = kv.v.data,
                          .num_slots = kv.k.dim(0) * kv.k.dim(1)};
   return Launched(kOp, LaunchWriteKv(args, stream_));
+}
+
+bool CudaBackend::TakesStridedQkNormRope(int64_t head_dim) const {
+  return options_.fuse_qk_norm_rope && head_dim <= INT32_MAX &&
+         QkNormRopeSupports(static_cast<int>(head_dim));
 }
 
 absl::Status CudaBackend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,

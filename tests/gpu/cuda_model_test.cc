@@ -191,12 +191,28 @@ class CudaModel : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(backend.ok()) << backend.status();
     cuda_ = std::move(*backend);
   }
+  // Prefill logits of the golden inputs on `backend` against the CPU backend's.
+  void PrefillMatchesCpu(kernels::Backend& backend);
+
   std::unique_ptr<kernels::cuda::CudaBackend> cuda_;
   kernels::cpu::CpuBackend cpu_{kernels::cpu::CpuBackendOptions{.num_threads = 2}};
 };
 
 TEST_P(CudaModel, PrefillLogitsMatchCpu) {
-  Runner gpu(*cuda_, ModelDir(GetParam()));
+  // Also with the fused q/k norm + RoPE + KV write, under which the models stack q, k and v into
+  // one projection (Backend::TakesStridedQkNormRope).
+  auto fused = kernels::cuda::CudaBackend::Create(
+      {.device = 0, .check_each_op = true, .fuse_qk_norm_rope = true});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  for (kernels::Backend* backend : {static_cast<kernels::Backend*>(cuda_.get()),
+                                    static_cast<kernels::Backend*>(fused->get())}) {
+    SCOPED_TRACE(backend == cuda_.get() ? "separate ops" : "fused, stacked qkv");
+    PrefillMatchesCpu(*backend);
+  }
+}
+
+void CudaModel::PrefillMatchesCpu(kernels::Backend& backend) {
+  Runner gpu(backend, ModelDir(GetParam()));
   Runner ref(cpu_, ModelDir(GetParam()));
   ASSERT_TRUE(gpu.ok() && ref.ok());
   const Golden g = LoadGolden(ModelDir(GetParam()));

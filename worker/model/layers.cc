@@ -138,6 +138,56 @@ absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend
   return buffer;
 }
 
+namespace {
+
+// Rows of `parts` one after the other in a new buffer of their dtype (a device copy each); empty,
+// with the failure recorded in `status`, when any part is missing or the allocation fails.
+Buffer StackRows(Backend& backend, std::initializer_list<const Buffer*> parts,
+                 absl::Status& status) {
+  int64_t rows = 0;
+  for (const Buffer* part : parts) {
+    if (part->empty()) return {};
+    rows += part->view().dim(0);
+  }
+  const Tensor& first = (*parts.begin())->view();
+  std::vector<int64_t> shape(first.shape.begin(), first.shape.begin() + first.rank);
+  shape[0] = rows;
+  auto stacked = backend.Allocate(first.dtype, shape);
+  if (!stacked.ok()) {
+    status = stacked.status();
+    return {};
+  }
+  int64_t row = 0;
+  for (const Buffer* part : parts) {
+    const int64_t n = part->view().dim(0);
+    status = backend.Convert(part->view(), stacked->view().SliceRows(row, row + n));
+    if (!status.ok()) return {};
+    row += n;
+  }
+  return std::move(*stacked);
+}
+
+// One [q + 2 kv, H] projection from the loaded q, k, v (dense ones only), and their biases.
+void StackQkv(Backend& backend, WeightLoader& loader, const std::string& prefix,
+              AttentionWeights& w) {
+  if (w.q.dense.empty() || w.k.dense.empty() || w.v.dense.empty()) return;  // FP8 or missing
+  const bool biased = !w.q_bias.empty();
+  if (biased && (w.k_bias.empty() || w.v_bias.empty())) return;
+  absl::Status status;
+  Buffer qkv = StackRows(backend, {&w.q.dense, &w.k.dense, &w.v.dense}, status);
+  Buffer bias = biased ? StackRows(backend, {&w.q_bias, &w.k_bias, &w.v_bias}, status) : Buffer{};
+  if (!status.ok()) {
+    loader.RecordFailure(prefix + "qkv (stacked)", status);  // Finish reports it
+    return;
+  }
+  w.qkv.dense = std::move(qkv);
+  w.qkv_bias = std::move(bias);
+  w.q = {}, w.k = {}, w.v = {};
+  w.q_bias = {}, w.k_bias = {}, w.v_bias = {};
+}
+
+}  // namespace
+
 AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
                                         const ModelConfig& c, const TpShard& tp,
                                         const std::string& prefix) {
@@ -158,6 +208,7 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
     w.v_bias = TakeShard(loader, tp, p + "v_proj.bias", {kv_dim}, kv_rows);
   }
   if (c.o_proj_bias) w.o_bias = TakeRowParallelBias(loader, tp, p + "o_proj.bias", c.hidden_size);
+  if (backend.TakesStridedQkNormRope(c.head_dim)) StackQkv(backend, loader, p, w);
   if (c.qk_norm) {
     w.q_norm = loader.Take(p + "q_norm.weight", {c.head_dim});
     w.k_norm = loader.Take(p + "k_norm.weight", {c.head_dim});
@@ -227,9 +278,7 @@ absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfi
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   ws.normed = AllocRows(backend, max_tokens, c.hidden_size, status);
   ws.residual = AllocRows(backend, max_tokens, c.hidden_size, status);
-  ws.q = AllocRows(backend, max_tokens, q_dim, status);
-  ws.k = AllocRows(backend, max_tokens, kv_dim, status);
-  ws.v = AllocRows(backend, max_tokens, kv_dim, status);
+  ws.qkv = AllocRows(backend, max_tokens, q_dim + 2 * kv_dim, status);
   ws.attn = AllocRows(backend, max_tokens, q_dim, status);
   ws.block_out = AllocRows(backend, max_tokens, c.hidden_size, status);
   ws.gate_up = AllocRows(backend, max_tokens, 2 * mlp_width, status);
@@ -242,15 +291,19 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
                           const Tensor& normed, const Tensor* rope_table, int64_t layer,
                           const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
                           int64_t tokens) {
-  const Tensor q = ws.q.view().SliceRows(0, tokens);
-  const Tensor k = ws.k.view().SliceRows(0, tokens);
-  const Tensor v = ws.v.view().SliceRows(0, tokens);
-  RETURN_IF_ERROR(RunLinear(backend, normed, w.q, OrNull(w.q_bias), q));
-  RETURN_IF_ERROR(RunLinear(backend, normed, w.k, OrNull(w.k_bias), k));
-  RETURN_IF_ERROR(RunLinear(backend, normed, w.v, OrNull(w.v_bias), v));
-  const Tensor q_heads = q.UnflattenLast(c.num_heads, c.head_dim);
-  const Tensor k_heads = k.UnflattenLast(c.num_kv_heads, c.head_dim);
-  const Tensor v_heads = v.UnflattenLast(c.num_kv_heads, c.head_dim);
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  const bool stacked = !w.qkv.empty();
+  const Workspace::QkvViews views = ws.Qkv(tokens, q_dim, kv_dim, stacked);
+  if (stacked) {
+    RETURN_IF_ERROR(RunLinear(backend, normed, w.qkv, OrNull(w.qkv_bias), views.all));
+  } else {
+    RETURN_IF_ERROR(RunLinear(backend, normed, w.q, OrNull(w.q_bias), views.q));
+    RETURN_IF_ERROR(RunLinear(backend, normed, w.k, OrNull(w.k_bias), views.k));
+    RETURN_IF_ERROR(RunLinear(backend, normed, w.v, OrNull(w.v_bias), views.v));
+  }
+  const Tensor q_heads = views.q.UnflattenLast(c.num_heads, c.head_dim);
+  const Tensor k_heads = views.k.UnflattenLast(c.num_kv_heads, c.head_dim);
+  const Tensor v_heads = views.v.UnflattenLast(c.num_kv_heads, c.head_dim);
   const Tensor q_norm = w.q_norm.view(), k_norm = w.k_norm.view();
   kernels::QkNormRope qk{.eps = static_cast<float>(c.norm_eps)};
   if (!w.q_norm.empty()) qk.q_norm = &q_norm, qk.k_norm = &k_norm;
@@ -266,6 +319,28 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
                                     attn.UnflattenLast(c.num_heads, c.head_dim)));
   return RunLinear(backend, attn, w.o, OrNull(w.o_bias),
                         ws.block_out.view().SliceRows(0, tokens));
+}
+
+Workspace::QkvViews Workspace::Qkv(int64_t tokens, int64_t q_dim, int64_t kv_dim,
+                                   bool stacked) const {
+  const Tensor& storage = qkv.view();
+  QkvViews v;
+  if (stacked) {
+    v.all = kernels::MakeTensor(storage.data, storage.dtype, storage.device,
+                                {tokens, q_dim + 2 * kv_dim});
+    v.q = v.all.SliceLast(0, q_dim);
+    v.k = v.all.SliceLast(q_dim, q_dim + kv_dim);
+    v.v = v.all.SliceLast(q_dim + kv_dim, q_dim + 2 * kv_dim);
+    return v;
+  }
+  const size_t elem = kernels::DTypeSize(storage.dtype);
+  char* base = static_cast<char*>(storage.data);
+  v.q = kernels::MakeTensor(base, storage.dtype, storage.device, {tokens, q_dim});
+  v.k = kernels::MakeTensor(base + tokens * q_dim * elem, storage.dtype, storage.device,
+                            {tokens, kv_dim});
+  v.v = kernels::MakeTensor(base + tokens * (q_dim + kv_dim) * elem, storage.dtype,
+                            storage.device, {tokens, kv_dim});
+  return v;
 }
 
 Tensor Workspace::MlpRows(int64_t tokens, int64_t width) const {

@@ -67,6 +67,11 @@ LinearWeight TakeLinear(WeightLoader& loader, Backend& backend, const TpShard& t
 struct AttentionWeights {
   LinearWeight q, k, v, o;           // [heads*hd, H], [kv*hd, H], [kv*hd, H], [H, heads*hd]
   Buffer q_bias, k_bias, v_bias;     // optional [heads*hd], [kv*hd], [kv*hd]
+  // q, k and v stacked into one projection [(heads + 2 kv) * hd, H] (and its bias) where the
+  // backend takes the slices of its output as cheaply (Backend::TakesStridedQkNormRope); q, k, v
+  // and their biases are then empty. Dense weights only (FP8 ones stay apart).
+  LinearWeight qkv;
+  Buffer qkv_bias;
   Buffer o_bias;                     // optional [H]; rank 0 only
   Buffer q_norm, k_norm;             // optional [hd] (Qwen3 QK-norm), replicated
   Buffer sinks;                      // optional [heads] (gpt-oss), f32
@@ -91,7 +96,7 @@ struct GatedMlpWeights {
 struct Workspace {
   Buffer normed;     // [T, H]
   Buffer residual;   // [T, H]
-  Buffer q, k, v;    // [T, heads*hd], [T, kv*hd], [T, kv*hd]
+  Buffer qkv;        // [T, heads*hd + 2 kv*hd]: q, k, v (Qkv)
   Buffer attn;       // [T, heads*hd]
   Buffer block_out;  // [T, H]: attention or MLP output before the residual add
   Buffer gate_up;    // [T, 2I]: the gated MLP's stacked projection
@@ -100,6 +105,14 @@ struct Workspace {
   // A contiguous [tokens, width] view of gate_up's storage (width <= 2I), for MLPs without a
   // gate (GPT-2's fc output).
   Tensor MlpRows(int64_t tokens, int64_t width) const;
+
+  // q [tokens, q_dim], k and v [tokens, kv_dim] in qkv's storage: column slices of one
+  // [tokens, q_dim + 2 kv_dim] matrix (`all`) when `stacked`, else three packed matrices one
+  // after the other (`all` empty).
+  struct QkvViews {
+    Tensor all, q, k, v;
+  };
+  QkvViews Qkv(int64_t tokens, int64_t q_dim, int64_t kv_dim, bool stacked) const;
 
   static absl::StatusOr<Workspace> Allocate(Backend& backend, const ModelConfig& config,
                                             int64_t max_tokens, int64_t mlp_width);
