@@ -102,18 +102,28 @@ CudaBackend::~CudaBackend() {
   }
 }
 
+absl::Status CudaBackend::LaunchedWeights(const char* op, cudaError_t launch_error, int64_t n,
+                                          int64_t k, double weight_bytes) {
+  if (profiler_ == nullptr || launch_error != cudaSuccess) return Launched(op, launch_error);
+  RETURN_IF_ERROR(profiler_->Record(absl::StrCat(op, " ", n, "x", k), stream_, weight_bytes));
+  return WaitIfChecking(op);
+}
+
 absl::Status CudaBackend::Launched(const char* op, cudaError_t launch_error) {
   if (launch_error != cudaSuccess) {
     return absl::InternalError(absl::StrCat(op, ": launch failed: ", cudaGetErrorName(launch_error),
                                             " (", cudaGetErrorString(launch_error), ")"));
   }
   if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->Record(op, stream_));
-  if (options_.check_each_op) {
-    const cudaError_t err = cudaStreamSynchronize(stream_);
-    if (err != cudaSuccess) {
-      return absl::InternalError(absl::StrCat(op, ": kernel failed: ", cudaGetErrorName(err), " (",
-                                              cudaGetErrorString(err), ")"));
-    }
+  return WaitIfChecking(op);
+}
+
+absl::Status CudaBackend::WaitIfChecking(const char* op) {
+  if (!options_.check_each_op) return absl::OkStatus();
+  const cudaError_t err = cudaStreamSynchronize(stream_);
+  if (err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(op, ": kernel failed: ", cudaGetErrorName(err), " (",
+                                            cudaGetErrorString(err), ")"));
   }
   return absl::OkStatus();
 }

@@ -137,6 +137,12 @@ class CudaBackend final : public Backend {
   // The status of a launch (its cudaGetLastError); in check_each_op mode also waits for the
   // kernel and reports its execution error under the op's name.
   absl::Status Launched(const char* op, cudaError_t launch_error);
+  // The same for an op whose profile line names its weight shape ("Matmul 4096x12288") and
+  // counts the weight bytes it streams (OpProfiler: GB/s per shape).
+  absl::Status LaunchedWeights(const char* op, cudaError_t launch_error, int64_t n, int64_t k,
+                               double weight_bytes);
+  // check_each_op: waits for the stream and names `op` in a device error.
+  absl::Status WaitIfChecking(const char* op);
   // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
   // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens.
   absl::Status ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -9,7 +9,7 @@
 namespace xserv::kernels::cuda {
 
 OpProfiler::~OpProfiler() {
-  for (auto& [op, event] : pending_) cudaEventDestroy(event);
+  for (Mark& mark : pending_) cudaEventDestroy(mark.event);
   for (cudaEvent_t event : free_) cudaEventDestroy(event);
   if (start_ != nullptr) cudaEventDestroy(start_);
 }
@@ -37,29 +37,30 @@ absl::Status OpProfiler::Hold(int64_t microseconds, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-absl::Status OpProfiler::Record(const char* op, cudaStream_t stream) {
+absl::Status OpProfiler::Record(std::string op, cudaStream_t stream, double bytes) {
   auto event = NewEvent();
   if (!event.ok()) return event.status();
   RETURN_IF_CUDA_ERROR(cudaEventRecord(*event, stream));
-  pending_.emplace_back(op, *event);
+  pending_.push_back({.op = std::move(op), .bytes = bytes, .event = *event});
   return absl::OkStatus();
 }
 
 absl::Status OpProfiler::Collect() {
   if (pending_.empty()) return absl::OkStatus();
-  RETURN_IF_CUDA_ERROR(cudaEventSynchronize(pending_.back().second));
+  RETURN_IF_CUDA_ERROR(cudaEventSynchronize(pending_.back().event));
   cudaEvent_t previous = start_;
-  for (auto& [op, event] : pending_) {
+  for (Mark& mark : pending_) {
     if (previous != nullptr) {
       float ms = 0;
-      RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, previous, event));
-      OpTime& t = totals_[op];
-      t.op = op;
+      RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, previous, mark.event));
+      OpTime& t = totals_[mark.op];
+      t.op = mark.op;
       ++t.calls;
       t.total_ms += ms;
+      t.bytes += mark.bytes;
     }
     if (previous != start_) free_.push_back(previous);
-    previous = event;
+    previous = mark.event;
   }
   // Later intervals start at the last mark only within a hold; otherwise the host's gap between
   // steps would be charged to the next op.

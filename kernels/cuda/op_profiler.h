@@ -27,6 +27,7 @@ struct OpTime {
   std::string op;
   int64_t calls = 0;
   double total_ms = 0;
+  double bytes = 0;  // what the calls declared they must read at least (0: not declared)
 };
 
 class OpProfiler {
@@ -38,8 +39,9 @@ class OpProfiler {
 
   // The stream sleeps `microseconds` on the device, then a start mark is recorded.
   absl::Status Hold(int64_t microseconds, cudaStream_t stream);
-  // After an op was queued: charge the time since the previous mark to `op`.
-  absl::Status Record(const char* op, cudaStream_t stream);
+  // After an op was queued: charge the time since the previous mark to `op`, which declares it
+  // had to read at least `bytes` (for a bandwidth figure; 0: none).
+  absl::Status Record(std::string op, cudaStream_t stream, double bytes = 0);
   // After the host waited for the stream: turn the marks recorded so far into times. The
   // interval before the first mark after a collect has no owner and is dropped unless Hold()
   // began it.
@@ -51,7 +53,12 @@ class OpProfiler {
   absl::StatusOr<cudaEvent_t> NewEvent();
 
   cudaEvent_t start_ = nullptr;  // the mark intervals are measured from (null: none yet)
-  std::vector<std::pair<const char*, cudaEvent_t>> pending_;
+  struct Mark {
+    std::string op;
+    double bytes = 0;
+    cudaEvent_t event = nullptr;
+  };
+  std::vector<Mark> pending_;
   std::vector<cudaEvent_t> free_;
   std::map<std::string, OpTime> totals_;
 };

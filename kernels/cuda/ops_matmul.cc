@@ -80,7 +80,8 @@ absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor*
   call.w = w.data;
   ASSIGN_OR_RETURN(call.ldw, LeadingDim(kOp, "w", w));
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
-  return Launched(kOp, cudaGetLastError());
+  return LaunchedWeights(kOp, cudaGetLastError(), call.n, call.k,
+                         static_cast<double>(call.n * call.k) * 2);
 }
 
 absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
@@ -114,7 +115,9 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .scales = w.scales.as<float>(),
                         .scale_cols = w.scales.dim(1),
                         .block = static_cast<int>(w.block)};
-    if (GemvSupports(gemv)) return Launched(kOp, LaunchGemv(gemv, stream_));
+    if (GemvSupports(gemv)) {
+      return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), n, k, static_cast<double>(n * k));
+    }
   }
   if (options_.fp8_w8a8 && !options_.batch_invariant && w.block == 128 && k % 128 == 0 &&
       (k / 128) % 4 == 0 && n % 16 == 0 && call.out_type == ElemType::kBF16 &&
@@ -137,7 +140,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   call.w = fp8_weight_.view().data;
   call.ldw = k;
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
-  return Launched(kOp, cudaGetLastError());
+  return LaunchedWeights(kOp, cudaGetLastError(), n, k, static_cast<double>(n * k) * 2);
 }
 
 absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
@@ -186,7 +189,7 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
     const RowsView rows{call.out, m, n, call.ldo};
     RETURN_IF_CUDA_ERROR(LaunchAddBias(rows, call.out_type, call.bias, call.bias_type, stream_));
   }
-  return Launched(kOp, cudaGetLastError());
+  return LaunchedWeights(kOp, cudaGetLastError(), n, k, static_cast<double>(n * k));
 }
 
 }  // namespace xserv::kernels::cuda

@@ -341,6 +341,40 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
   }
 }
 
+// --profile-ops: each op's GPU time; a matmul's line names its weight shape and carries the
+// weight bytes it streamed (the engine bench's GB/s column).
+TEST_F(CudaOps, OpProfileNamesMatmulShapesWithTheirBytes) {
+  auto profiled = CudaBackend::Create(CudaBackendOptions{.device = 0, .profile_ops = true});
+  ASSERT_TRUE(profiled.ok()) << profiled.status();
+  std::mt19937 rng(13);
+  const Twin x = Upload(RandomBf16(4 * 256, rng), {4, 256});
+  const Twin w = Upload(RandomBf16(512 * 256, rng), {512, 256});
+  const Twin out = Poisoned({4, 512});
+  ASSERT_TRUE(cuda().Synchronize().ok());
+  ASSERT_TRUE((*profiled)->HoldForProfile(100).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*profiled)->Matmul(x.cuda, w.cuda, nullptr, out.cuda).ok());
+  }
+  ASSERT_TRUE((*profiled)->Add(out.cuda, out.cuda, out.cuda).ok());
+  auto ops = (*profiled)->TakeOpProfile();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  bool matmul = false, add = false;
+  for (const OpTime& op : *ops) {
+    if (op.op == "Matmul 512x256") {
+      matmul = true;
+      EXPECT_EQ(op.calls, 3);
+      EXPECT_DOUBLE_EQ(op.bytes, 3.0 * 512 * 256 * 2);
+      EXPECT_GT(op.total_ms, 0.0);
+    }
+    if (op.op == "Add") {
+      add = true;
+      EXPECT_EQ(op.calls, 1);
+      EXPECT_EQ(op.bytes, 0.0);
+    }
+  }
+  EXPECT_TRUE(matmul && add);
+}
+
 TEST_F(CudaOps, RopeOnStridedHeads) {
   std::mt19937 rng(12);
   for (int64_t head_dim : {16, 64, 128}) {

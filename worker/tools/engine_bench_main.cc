@@ -210,7 +210,8 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
   double gpu_us = 0, matmul_us = 0, attention_us = 0, experts_us = 0;
   for (const auto& op : ops) {
     gpu_us += 1e3 * op.total_ms / steps;
-    if (op.op == "Matmul" || op.op == "MatmulFp8") matmul_us += 1e3 * op.total_ms / steps;
+    // "Matmul", "MatmulFp8", and their per-shape lines ("Matmul 4096x12288").
+    if (op.op.rfind("Matmul", 0) == 0) matmul_us += 1e3 * op.total_ms / steps;
     if (op.op == "Attention") attention_us += 1e3 * op.total_ms / steps;
     if (op.op == "Experts") experts_us += 1e3 * op.total_ms / steps;
   }
@@ -219,11 +220,16 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
   Json rows = Json::array();
   for (const auto& op : ops) {
     const double us = 1e3 * op.total_ms / steps;
-    std::printf("    %-14s %7.1f calls %9.1f us %5.1f%%\n", op.op.c_str(),
+    // Ops that declare the bytes they stream (a matmul's weights) get their bandwidth too.
+    const double gb_s = op.bytes > 0 && op.total_ms > 0 ? op.bytes / (op.total_ms * 1e-3) / 1e9 : 0;
+    std::printf("    %-24s %7.1f calls %9.1f us %5.1f%%", op.op.c_str(),
                 static_cast<double>(op.calls) / steps, us, 100 * us / gpu_us);
+    if (gb_s > 0) std::printf("  %7.0f GB/s", gb_s);
+    std::printf("\n");
     rows.push_back({{"op", op.op},
                     {"calls_per_step", static_cast<double>(op.calls) / steps},
                     {"us_per_step", us}});
+    if (gb_s > 0) rows.back()["gb_s"] = gb_s;
   }
   Json out{{"gpu_us_per_step", gpu_us}, {"host_enqueue_us_per_step", enqueue_us}, {"ops", rows}};
   if (shape != nullptr) {
