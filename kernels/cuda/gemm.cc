@@ -38,6 +38,26 @@ int Alignment(const void* p) {
   return align;
 }
 
+// The workspace limit and what the operands' addresses guarantee (a column slice may be less
+// aligned than a fresh allocation): A = w, B = x, C = D = out.
+cublasStatus_t SetWorkspaceAndAlignments(cublasLtMatmulPreference_t pref, uint64_t workspace,
+                                         const void* w, const void* x, const void* out) {
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  const uint32_t align_w = Alignment(w), align_x = Alignment(x), align_out = Alignment(out);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const uint32_t*> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_out},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_out}};
+  for (const auto& [attribute, value] : alignments) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof(*value));
+    }
+  }
+  return st;
+}
+
 }  // namespace
 
 struct GemmRunner::Plan {
@@ -107,22 +127,10 @@ absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candida
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = kWorkspaceBytes;
-  const uint32_t align_w = Alignment(c.w), align_x = Alignment(c.x), align_out = Alignment(c.out);
   // Split-K with a reduction pass sums partial products across CTAs in an order that depends on
   // the grid; NONE keeps each element's k-loop inside one CTA.
   const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, const uint32_t*> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_out},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_out}};
-  for (const auto& [attribute, value] : alignments) {
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof(*value));
-    }
-  }
+  cublasStatus_t st = SetWorkspaceAndAlignments(pref, workspace, c.w, c.x, c.out);
   if (st == CUBLAS_STATUS_SUCCESS && no_split_k) {
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                               &reduction_mask, sizeof(reduction_mask));
@@ -194,6 +202,7 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& 
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   RETURN_IF_ERROR(status);
+  if (best_ms < 0.0f) return ChooseAlgo(c, plan, /*no_split_k=*/false);  // none could run
   return results[best].algo;
 }
 
@@ -321,7 +330,7 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
 
 absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
   if (c.m == 0 || c.n == 0) return absl::OkStatus();
-  const auto key = std::make_tuple(c.m, c.n, c.k, c.ldo);
+  const auto key = std::make_tuple(c.m, c.n, c.k, c.ldo, Alignment(c.out));
   auto it = fp8_plans_.find(key);
   if (it == fp8_plans_.end()) {
     auto plan = std::make_unique<Plan>();
@@ -355,8 +364,7 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
     cublasLtMatmulPreference_t pref = nullptr;
     RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t workspace = kWorkspaceBytes;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+    cublasStatus_t st = SetWorkspaceAndAlignments(pref, workspace, c.w, c.x, c.out);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -382,8 +390,20 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
       plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.w_scales, sizeof(c.w_scales)));
   RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
-  RETURN_IF_LT_ERROR(Launch(*plan, plan->algo, c.w, c.x, c.out, stream));
+  if (const cublasStatus_t st = Launch(*plan, plan->algo, c.w, c.x, c.out, stream);
+      st != CUBLAS_STATUS_SUCCESS) {
+    // Refused at launch (nothing ran): the caller takes another path, now and for this shape.
+    it->second.reset();
+    return absl::UnimplementedError(absl::StrCat("MatmulFp8: cuBLASLt FP8 GEMM failed to launch (",
+                                                 cublasLtGetStatusName(st), ") for m=", c.m,
+                                                 " n=", c.n, " k=", c.k));
+  }
   return absl::OkStatus();
+}
+
+bool GemmRunner::Fp8Refused(const Fp8GemmCall& c) const {
+  const auto it = fp8_plans_.find(std::make_tuple(c.m, c.n, c.k, c.ldo, Alignment(c.out)));
+  return it != fp8_plans_.end() && it->second == nullptr;
 }
 
 }  // namespace xserv::kernels::cuda

@@ -89,6 +89,8 @@ class GemmRunner {
   // Unimplemented when cuBLASLt offers no algorithm for the call's shape (the caller takes
   // another path); remembered, so a refused shape is not asked about again.
   absl::Status RunFp8(const Fp8GemmCall& call, cudaStream_t stream);
+  // Whether RunFp8 has already refused this call's shape (pointers other than out unused).
+  bool Fp8Refused(const Fp8GemmCall& call) const;
 
   size_t num_plans() const { return plans_.size(); }
 
@@ -129,8 +131,8 @@ class GemmRunner {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
   std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket
-  // RunFp8's plans by (m, n, k, ldo); null: cuBLASLt had no algorithm.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> fp8_plans_;
+  // RunFp8's plans by (m, n, k, ldo, output alignment); null: cuBLASLt refused the shape.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> fp8_plans_;
 };
 
 }  // namespace xserv::kernels::cuda

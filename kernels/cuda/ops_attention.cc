@@ -254,12 +254,13 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                       aligned(q) && aligned(out) && batch.num_seqs > 0;
   if (decode) {
     // Enough CTAs for two per SM: (sequence, kv head) pairs, each split over up to 32 CTAs, but
-    // not more warps than the longest sequence has 16-key tiles.
+    // no more than the longest sequence can use (two 16-key tiles per warp of 4: KeyTilesOf in
+    // decode_attention.cu).
     args.decode_max_rows = kDecodeTileRows;
     const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
     const int64_t tiles = (std::max(batch.max_seq_len, 1) + 15) / 16 + 1;
     const int64_t ctas = std::clamp<int64_t>(
-        std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs, (tiles + 3) / 4), 1, 32);
+        std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs, (tiles + 7) / 8), 1, 32);
     if (ctas > 1) {
       const int64_t floats = DecodePartialFloats(batch.num_seqs, static_cast<int>(kv_heads),
                                                  static_cast<int>(head_dim), static_cast<int>(ctas));

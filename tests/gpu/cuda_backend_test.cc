@@ -9,6 +9,7 @@
 #include "common/safetensors/float_convert.h"
 #include "kernels/fp8.h"
 #include "kernels/mxfp4.h"
+#include "kernels/cuda/fp8_quant.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace xserv::kernels::cuda::testing {
@@ -292,10 +293,20 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
   const GemmShape shapes[] = {{9, 256, 512}, {64, 384, 1024}, {130, 256, 512}, {16, 128, 512}};
   for (const GemmShape s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k);
-    const std::vector<float> x_host = RandomBf16(s.m * s.k, rng, -2, 2);
+    // Magnitudes differ by powers of two between weight blocks and between activation (row,
+    // group)s, so a scale read from the wrong place shows (exact in bf16: only exponents move).
+    std::vector<float> x_host = RandomBf16(s.m * s.k, rng, -2, 2);
+    for (int64_t r = 0; r < s.m; ++r) {
+      for (int64_t c = 0; c < s.k; ++c) x_host[r * s.k + c] *= std::ldexp(1.0f, (r + 2 * (c / 128)) % 5);
+    }
     const Twin x = Upload(x_host, {s.m, s.k});
     std::vector<float> w_values(s.n * s.k);
-    for (float& v : w_values) v = std::uniform_real_distribution<float>(-0.2f, 0.2f)(rng);
+    for (int64_t r = 0; r < s.n; ++r) {
+      for (int64_t c = 0; c < s.k; ++c) {
+        w_values[r * s.k + c] = std::uniform_real_distribution<float>(-0.2f, 0.2f)(rng) *
+                                std::ldexp(1.0f, -((r / 128) * 3 + c / 128) % 7);
+      }
+    }
     const Fp8Blocks q = QuantizeFp8Blocks(w_values, s.n, s.k, 128);
     const int64_t scale_rows = (s.n + 127) / 128, scale_cols = s.k / 128;
     auto upload_u8 = [&](Backend& b, const std::vector<uint8_t>& host) {
@@ -307,6 +318,28 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
     const Buffer codes_cuda = upload_u8(**w8a8, q.codes), codes_cpu = upload_u8(cpu(), q.codes);
     const Twin scales = Upload(q.scale_inv, {scale_rows, scale_cols}, DType::kF32);
     const Twin bias = Upload(RandomBf16(s.n, rng), {s.n});
+    // The device quantiser gives exactly the host reference's codes and scales (its scales
+    // group-major with the rows padded to 4).
+    {
+      const Fp8Rows ref = QuantizeFp8Rows(x_host, s.m, s.k, 128);
+      const int64_t stride = Fp8ActScaleStride(s.m);
+      auto codes = cuda().Allocate(DType::kU8, {s.m, s.k});
+      auto dev_scales = cuda().Allocate(DType::kF32, {scale_cols * stride});
+      ASSERT_TRUE(codes.ok() && dev_scales.ok());
+      ASSERT_EQ(LaunchQuantizeFp8Rows(x.cuda.data, s.k, s.m, s.k, codes->view().as<uint8_t>(),
+                                      dev_scales->view().as<float>(), cuda().stream()),
+                cudaSuccess);
+      std::vector<uint8_t> got_codes(s.m * s.k);
+      std::vector<float> got_scales(scale_cols * stride);
+      ASSERT_TRUE(cuda().CopyToHost(codes->view(), got_codes.data()).ok());
+      ASSERT_TRUE(cuda().CopyToHost(dev_scales->view(), got_scales.data()).ok());
+      EXPECT_EQ(got_codes, ref.codes);
+      for (int64_t r = 0; r < s.m; ++r) {
+        for (int64_t g = 0; g < scale_cols; ++g) {
+          ASSERT_EQ(got_scales[g * stride + r], ref.scales[r * scale_cols + g]) << r << "," << g;
+        }
+      }
+    }
     for (const bool with_bias : {false, true}) {
       const Twin out = Poisoned({s.m, s.n});
       ASSERT_TRUE(cuda().Synchronize().ok());

@@ -171,8 +171,9 @@ Buffer StackRows(Backend& backend, std::initializer_list<const Buffer*> parts,
 void StackQkv(Backend& backend, WeightLoader& loader, const std::string& prefix,
               AttentionWeights& w) {
   if (w.q.dense.empty() || w.k.dense.empty() || w.v.dense.empty()) return;  // FP8 or missing
-  const bool biased = !w.q_bias.empty();
-  if (biased && (w.k_bias.empty() || w.v_bias.empty())) return;
+  const int biases = !w.q_bias.empty() + !w.k_bias.empty() + !w.v_bias.empty();
+  if (biases != 0 && biases != 3) return;  // a partial set stays apart
+  const bool biased = biases == 3;
   absl::Status status;
   Buffer qkv = StackRows(backend, {&w.q.dense, &w.k.dense, &w.v.dense}, status);
   Buffer bias = biased ? StackRows(backend, {&w.q_bias, &w.k_bias, &w.v_bias}, status) : Buffer{};
