@@ -17,7 +17,10 @@ DecodeGraphs::DecodeGraphs(kernels::Backend& backend, Model& model, KvCache& kv,
       max_seqs_(std::min(max_seqs, builder.limits().max_seqs)),
       max_seq_len_(max_seq_len) {
   // Probe once with an empty capture: backends without graphs say so here, before any padded
-  // step (whose padding rows only a graph-capable backend accepts) is built.
+  // step (whose padding rows only a graph-capable backend accepts) is built. The ranks of a
+  // replica run the same backend with the same options (the supervisor passes them alike), so
+  // they answer alike; a rank started with capture-refusing options (profile_ops,
+  // check_each_op) that its peers lack would fall out of step with them.
   absl::Status begin = backend_.BeginCapture();
   if (begin.ok()) begin = backend_.EndCapture().status();
   if (!begin.ok()) {
