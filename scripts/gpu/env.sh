@@ -15,6 +15,7 @@ if [[ -f $XSERV_ROOT/.bundle/assets.tar.xz && ! -d $XSERV_ROOT/.assets/tokenizer
   mkdir -p "$XSERV_ROOT/.assets" && tar -C "$XSERV_ROOT/.assets" -xJf "$XSERV_ROOT/.bundle/assets.tar.xz"
 fi
 export XSERV_SOURCE_DIR=$XSERV_ROOT  # tests locate tests/data and .assets through it
+export XSERV_BIN_DIR=$XSERV_ROOT/.bundle/bin  # integration tests start the bundled binaries
 # The .assets tokenizer folder of an architecture name the GPU scripts take (e2e_reference.py's).
 tokenizer_of() {
   case $1 in

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <future>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -44,6 +45,12 @@ class Stack {
         "--worker-arg=0.0625", "--worker-arg=--swap-space-gb", "--worker-arg=0",
         "--worker-arg=--threads", "--worker-arg=1"};
     args.insert(args.end(), extra.begin(), extra.end());
+    // XSERV_TEST_SUPERVISOR_ARGS (space-separated) runs the same tests on other backends, e.g.
+    // "--backend cuda --devices 0,1" on the two-GPU host.
+    if (const char* more = std::getenv("XSERV_TEST_SUPERVISOR_ARGS"); more != nullptr) {
+      std::istringstream words(more);
+      for (std::string word; words >> word;) args.push_back(word);
+    }
     return supervisor_.StartServer("xserv-supervisor", args, std::chrono::seconds(120));
   }
 

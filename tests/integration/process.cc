@@ -15,10 +15,16 @@
 
 namespace xserv::testing {
 
-std::string BinaryPath(const std::string& name) { return std::string(XSERV_BIN_DIR) + "/" + name; }
+// The build tree's paths, unless the environment names others: on the GPU host the binaries
+// run from a bundle and the tree is a copy elsewhere (scripts/gpu/env.sh sets both).
+std::string BinaryPath(const std::string& name) {
+  const char* dir = std::getenv("XSERV_BIN_DIR");
+  return std::string(dir != nullptr ? dir : XSERV_BIN_DIR) + "/" + name;
+}
 
 std::string SourcePath(const std::string& relative) {
-  return std::string(XSERV_SOURCE_DIR) + "/" + relative;
+  const char* dir = std::getenv("XSERV_SOURCE_DIR");
+  return std::string(dir != nullptr ? dir : XSERV_SOURCE_DIR) + "/" + relative;
 }
 
 namespace {
