@@ -34,6 +34,10 @@ struct AttentionBatch {
   Tensor slot_mapping;  // i32 [num_tokens]: KV slot (block * block_size + offset) per new token
   int num_seqs = 0;
   int max_query_len = 0;
+  // Which new-row counts the step's sequences have: bit i - 1 for i new rows (1 <= i <= 31),
+  // bit 31 for 32 or more. 0: not known (a backend then assumes any). Lets a backend skip a
+  // kernel no sequence of the step needs.
+  uint32_t query_len_mask = 0;
   int max_seq_len = 0;
   int block_size = 16;
 };

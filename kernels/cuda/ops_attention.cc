@@ -269,9 +269,23 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     }
     args.decode_ctas_per_head = static_cast<int>(ctas);
   }
-  // Every row is a decode row (known when the step says how long its longest chunk is).
-  const bool only_decode = decode && batch.max_query_len > 0 &&
-                           int64_t{batch.max_query_len} * (heads / kv_heads) <= kDecodeTileRows;
+  // Whether some sequence's rows belong to neither tensor-core kernel (only then does the
+  // CUDA-core kernel run): known from the step's new-row counts, else from its longest chunk,
+  // else assumed.
+  const int64_t group = heads / kv_heads;
+  const auto needs_paged = [&](int64_t q_len) {
+    return !(decode && q_len * group <= kDecodeTileRows) && !(flash && q_len >= kFlashMinQueryLen);
+  };
+  bool paged = true;
+  if (batch.query_len_mask != 0) {
+    paged = false;
+    for (int bit = 0; bit < 32; ++bit) {
+      // Bit 31 stands for 32 rows or more: all of them flash rows, or none.
+      if ((batch.query_len_mask >> bit & 1u) != 0 && needs_paged(bit + 1)) paged = true;
+    }
+  } else if (batch.max_query_len > 0) {
+    paged = !(decode && batch.max_query_len * group <= kDecodeTileRows);
+  }
   constexpr int64_t kFewCtas = 132;
   constexpr int64_t kMaxPartialRecords = int64_t{1} << 16;
   const int64_t splits = (std::max(batch.max_seq_len, 1) + kSplitKeys - 1) / kSplitKeys;
@@ -282,7 +296,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     args.partials = static_cast<float*>(attention_partials_.view().data);
     args.num_splits = static_cast<int>(splits);
   }
-  if (!only_decode) RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
+  if (paged) RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
   if (flash) RETURN_IF_ERROR(Launched(kOp, LaunchFlashPrefill(args, stream_)));
   if (decode) RETURN_IF_ERROR(Launched(kOp, LaunchDecodeAttention(args, stream_)));
   return absl::OkStatus();

@@ -137,13 +137,19 @@ TEST_P(CudaAttention, MatchesCpu) {
                                                .decode_attention = true}},
         std::pair{"both", CudaBackendOptions{.device = 0, .check_each_op = true,
                                              .flash_prefill = true, .decode_attention = true}}}) {
-    for (const int known_max : {0, max_query_len}) {
-      SCOPED_TRACE(absl::StrCat(name, " max_query_len ", known_max));
+    // What the step tells the backend: nothing, its longest chunk, or every chunk length (the
+    // batch builder's mask): the kernels it may skip follow from those.
+    uint32_t mask = 0;
+    for (const SeqSpec& q : c.seqs) mask |= 1u << std::min(q.queries - 1, 31);
+    for (const auto& [known_max, known_mask] :
+         {std::pair{0, 0u}, std::pair{max_query_len, 0u}, std::pair{max_query_len, mask}}) {
+      SCOPED_TRACE(absl::StrCat(name, " max_query_len ", known_max, " mask ", known_mask));
       auto variant = CudaBackend::Create(options);
       ASSERT_TRUE(variant.ok()) << variant.status();
       const Twin out_variant = Poisoned({q_tokens, h, hd});
       AttentionBatch b = batch_of(true);
       b.max_query_len = known_max;
+      b.query_len_mask = known_mask;
       const absl::Status run = (*variant)->Attention(q.cuda, kv_cuda, b, p_cuda, out_variant.cuda);
       ASSERT_TRUE(run.ok()) << run;
       ASSERT_TRUE((*variant)->Synchronize().ok());

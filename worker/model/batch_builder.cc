@@ -42,6 +42,10 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   host_seq_lens_.clear();
   host_block_tables_.assign(num_seqs * limits_.max_blocks_per_seq, 0);
   int max_query_len = 0, max_seq_len = options.min_max_seq_len;
+  uint32_t query_len_mask = 0;
+  const auto note_query_len = [&query_len_mask](int64_t n) {
+    query_len_mask |= uint32_t{1} << std::min<int64_t>(n - 1, 31);
+  };
   for (int64_t s = 0; s < real_seqs; ++s) {
     const SequenceChunk& c = chunks[s];
     const int64_t n = static_cast<int64_t>(c.tokens.size());
@@ -72,6 +76,7 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
     std::copy(c.block_table.begin(), c.block_table.end(),
               host_block_tables_.begin() + s * limits_.max_blocks_per_seq);
     max_query_len = std::max<int>(max_query_len, n);
+    note_query_len(n);
     max_seq_len = std::max<int>(max_seq_len, end);
   }
   for (int64_t s = real_seqs; s < num_seqs; ++s) {  // padding (BuildOptions)
@@ -83,6 +88,7 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
     host_query_start_.push_back(row + 1);
     host_seq_lens_.push_back(1);
     max_query_len = std::max(max_query_len, 1);
+    note_query_len(1);
     max_seq_len = std::max(max_seq_len, 1);
   }
   const int64_t tokens = static_cast<int64_t>(host_tokens_.size());
@@ -101,6 +107,7 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   in.attention.slot_mapping = slot_mapping_.view().SliceRows(0, tokens);
   in.attention.num_seqs = static_cast<int>(num_seqs);
   in.attention.max_query_len = max_query_len;
+  in.attention.query_len_mask = query_len_mask;
   in.attention.max_seq_len = max_seq_len;
   in.attention.block_size = static_cast<int>(limits_.block_size);
   RETURN_IF_ERROR(backend_->CopyFromHost(host_tokens_.data(), in.token_ids));

@@ -48,6 +48,27 @@ TEST(BatchBuilder, PadsDecodeStepsForGraphs) {
   EXPECT_FALSE(builder->Build(chunks, {.pad_seqs_to = 9}).ok());  // beyond max_seqs
 }
 
+// The step's new-row counts as a mask (AttentionBatch::query_len_mask): bit n - 1 for n rows,
+// bit 31 for 32 or more; padding rows count as one-row sequences.
+TEST(BatchBuilder, ReportsTheQueryLengthsItHolds) {
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
+  auto builder = BatchBuilder::Create(
+      backend, BatchLimits{.max_tokens = 64, .max_seqs = 8, .max_blocks_per_seq = 16,
+                           .block_size = 4});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  const std::vector<int32_t> three(3, 7), forty(40, 9), table(16, 0);
+  const std::vector<SequenceChunk> chunks = {
+      {.tokens = three, .start_position = 0, .block_table = table},
+      {.tokens = forty, .start_position = 0, .block_table = table}};
+  auto in = builder->Build(chunks);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->attention.query_len_mask, (1u << 2) | (1u << 31));
+  EXPECT_EQ(in->attention.max_query_len, 40);
+  auto padded = builder->Build({chunks.data(), 1}, {.pad_seqs_to = 2});
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  EXPECT_EQ(padded->attention.query_len_mask, (1u << 2) | 1u);
+}
+
 TEST(BatchBuilder, DecodeBucketsBoundPadding) {
   EXPECT_EQ(DecodeGraphs::Bucket(1), 1);
   EXPECT_EQ(DecodeGraphs::Bucket(3), 4);
