@@ -32,6 +32,7 @@
 #endif
 #include "spdlog/spdlog.h"
 #include "worker/engine/engine.h"
+#include "worker/kernel_choices.h"
 #include "worker/engine/peer_loop.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
@@ -51,11 +52,7 @@ struct WorkerFlags {
   bool cuda_graphs = true;
   bool tp_cuda_graphs = true;
   bool pp_cuda_graphs = false;
-  bool flash_prefill = true;
-  bool decode_attention = true;
-  bool fuse_qk_norm_rope = false;
-  bool gemm_autotune = false;
-  bool fp8_w8a8 = false;
+  KernelChoices kernels;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
   double step_timeout_s = -1;
@@ -105,11 +102,11 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
                      kernels::cuda::CudaBackend::Create(
                          {.device = 0,
                           .batch_invariant = f.batch_invariant,
-                          .gemm_autotune = f.gemm_autotune,
-                          .flash_prefill = f.flash_prefill,
-                          .decode_attention = f.decode_attention,
-                          .fuse_qk_norm_rope = f.fuse_qk_norm_rope,
-                          .fp8_w8a8 = f.fp8_w8a8}));
+                          .gemm_autotune = f.kernels.gemm_autotune,
+                          .flash_prefill = f.kernels.flash_prefill,
+                          .decode_attention = f.kernels.decode_attention,
+                          .fuse_qk_norm_rope = f.kernels.fuse_qk_norm_rope,
+                          .fp8_w8a8 = f.kernels.fp8_w8a8}));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -591,27 +588,7 @@ int main(int argc, char** argv) {
                  "as FP8 and multiply them directly (W8A16: half the weight bytes at <= 8 rows, "
                  "more traffic above); false decodes them to bf16 at load")
       ->capture_default_str();
-  app.add_option("--flash-prefill", f.flash_prefill,
-                 "cuda: prefill attention on tensor cores for prompts of >= 16 tokens (head_dim "
-                 "64/128; not with --batch-invariant)")
-      ->capture_default_str();
-  app.add_option("--decode-attention", f.decode_attention,
-                 "cuda: decode attention on tensor cores with each kv head's query heads packed "
-                 "into one tile (head_dim 64/128; not with --batch-invariant)")
-      ->capture_default_str();
-  app.add_option("--fp8-w8a8", f.fp8_w8a8,
-                 "cuda, experimental, with --fp8-matmuls: steps of more than 8 rows quantise "
-                 "their activations to FP8 per row and 128 columns and run cuBLASLt's FP8 "
-                 "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
-      ->capture_default_str();
-  app.add_option("--gemm-autotune", f.gemm_autotune,
-                 "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
-                 "first use and keep the fastest (not with --batch-invariant)")
-      ->capture_default_str();
-  app.add_option("--fuse-qk-norm-rope", f.fuse_qk_norm_rope,
-                 "cuda, experimental: q/k norms, rotary embedding and the KV write as one kernel "
-                 "per layer (bit-identical to the separate ops); not yet run on GPUs")
-      ->capture_default_str();
+  AddKernelChoiceFlags(app, f.kernels);
   app.add_option("--pp-cuda-graphs", f.pp_cuda_graphs,
                  "cuda, experimental: decode graphs on pipeline stages too (each stage's NCCL "
                  "receive, layers and send captured; needs --pp-nccl; every rank must run it); "

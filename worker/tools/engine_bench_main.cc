@@ -43,6 +43,7 @@
 #include "worker/model/decode_graphs.h"
 #include "worker/model/kv_cache.h"
 #include "worker/model/model.h"
+#include "worker/kernel_choices.h"
 #include "worker/tools/roofline.h"
 
 namespace {
@@ -69,11 +70,7 @@ struct BenchConfig {
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
-  bool flash_prefill = true;      // tensor-core prefill attention
-  bool decode_attention = true;   // GQA-packed tensor-core decode attention
-  bool fuse_qk_norm_rope = false;  // one kernel for q/k norms, rotary and the KV write
-  bool gemm_autotune = false;      // time cuBLASLt candidates per shape family
-  bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
+  xserv::worker::KernelChoices kernels;
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
 };
@@ -346,11 +343,11 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"gemv", cfg.gemv},
         {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
         {"fp8_matmuls", cfg.fp8_matmuls},
-        {"flash_prefill", cfg.flash_prefill},
-        {"decode_attention", cfg.decode_attention},
-        {"fuse_qk_norm_rope", cfg.fuse_qk_norm_rope},
-        {"gemm_autotune", cfg.gemm_autotune},
-        {"fp8_w8a8", cfg.fp8_w8a8},
+        {"flash_prefill", cfg.kernels.flash_prefill},
+        {"decode_attention", cfg.kernels.decode_attention},
+        {"fuse_qk_norm_rope", cfg.kernels.fuse_qk_norm_rope},
+        {"gemm_autotune", cfg.kernels.gemm_autotune},
+        {"fp8_w8a8", cfg.kernels.fp8_w8a8},
         {"peak_read_gb_s", cfg.peak_read_gb_s},
         {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
@@ -375,11 +372,11 @@ absl::Status Run(const BenchConfig& cfg) {
          .batch_invariant = cfg.batch_invariant,
          .invariant_reference_rows = cfg.invariant_reference_rows,
          .gemv = cfg.gemv,
-         .gemm_autotune = cfg.gemm_autotune,
-         .flash_prefill = cfg.flash_prefill,
-         .decode_attention = cfg.decode_attention,
-         .fuse_qk_norm_rope = cfg.fuse_qk_norm_rope,
-         .fp8_w8a8 = cfg.fp8_w8a8,
+         .gemm_autotune = cfg.kernels.gemm_autotune,
+         .flash_prefill = cfg.kernels.flash_prefill,
+         .decode_attention = cfg.kernels.decode_attention,
+         .fuse_qk_norm_rope = cfg.kernels.fuse_qk_norm_rope,
+         .fp8_w8a8 = cfg.kernels.fp8_w8a8,
          .profile_ops = cfg.profile_ops}));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
@@ -482,21 +479,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--fp8-matmuls", cfg.fp8_matmuls, "keep FP8 weights FP8 (W8A16 MatmulFp8)")
       ->capture_default_str();
-  app.add_option("--flash-prefill", cfg.flash_prefill, "cuda: tensor-core prefill attention")
-      ->capture_default_str();
-  app.add_option("--decode-attention", cfg.decode_attention,
-                 "cuda: GQA-packed tensor-core decode attention")
-      ->capture_default_str();
-  app.add_option("--fp8-w8a8", cfg.fp8_w8a8,
-                 "cuda, with --fp8-matmuls: W8A8 (FP8 activations, block-scaled FP8 GEMM) above "
-                 "8 rows")
-      ->capture_default_str();
-  app.add_option("--gemm-autotune", cfg.gemm_autotune,
-                 "cuda: time cuBLASLt's top candidates per GEMM shape family, keep the fastest")
-      ->capture_default_str();
-  app.add_option("--fuse-qk-norm-rope", cfg.fuse_qk_norm_rope,
-                 "cuda: q/k norms, rotary embedding and the KV write as one kernel")
-      ->capture_default_str();
+  xserv::worker::AddKernelChoiceFlags(app, cfg.kernels);
   app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
       ->capture_default_str();
   app.add_option("--cuda-graphs", cfg.cuda_graphs,

@@ -1,0 +1,43 @@
+// The CUDA backend's kernel choices as command-line flags, shared by xserv-worker and
+// xserv-engine-bench so that both expose the same switches with the same defaults and words.
+// Plain values (no CUDA types): the flags parse on builds without CUDA too, where they do nothing.
+#pragma once
+
+#include "CLI/CLI.hpp"
+
+namespace xserv::worker {
+
+struct KernelChoices {
+  bool flash_prefill = true;       // tensor-core prefill attention
+  bool decode_attention = true;    // GQA-packed tensor-core decode attention
+  bool fuse_qk_norm_rope = false;  // q/k norms, rotary and the KV write as one kernel
+  bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
+  bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
+};
+
+inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
+  app.add_option("--flash-prefill", k.flash_prefill,
+                 "cuda: prefill attention on tensor cores for prompts of >= 16 tokens (head_dim "
+                 "64/128; not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--decode-attention", k.decode_attention,
+                 "cuda: decode attention on tensor cores with each kv head's query heads packed "
+                 "into one tile (head_dim 64/128; not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--fuse-qk-norm-rope", k.fuse_qk_norm_rope,
+                 "cuda, experimental: q/k norms, rotary embedding and the KV write as one kernel "
+                 "per layer (bit-identical to the separate ops), q/k/v stacked into one "
+                 "projection; not yet run on GPUs")
+      ->capture_default_str();
+  app.add_option("--gemm-autotune", k.gemm_autotune,
+                 "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
+                 "first use and keep the fastest (not with --batch-invariant)")
+      ->capture_default_str();
+  app.add_option("--fp8-w8a8", k.fp8_w8a8,
+                 "cuda, experimental, with --fp8-matmuls: steps of more than 8 rows quantise "
+                 "their activations to FP8 per row and 128 columns and run cuBLASLt's FP8 "
+                 "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
+      ->capture_default_str();
+}
+
+}  // namespace xserv::worker
