@@ -72,9 +72,10 @@ __device__ Row RowOf(const PagedAttentionArgs& a, int t) {
   r.bad = r.pos < r.first || r.pos < 0;
   // Only rows inside their sequence's range (bad query_start may leave some outside).
   const bool inside = t < a.query_start[r.s + 1];
-  r.flash = a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len && inside;
-  r.decode = a.decode_max_rows > 0 && q_len >= 1 &&
-             q_len * (a.heads / a.kv_heads) <= a.decode_max_rows && !r.flash && inside;
+  const RowKernel kernel =
+      KernelForRows(q_len, a.heads / a.kv_heads, a.flash_min_query_len, a.decode_max_rows);
+  r.flash = inside && kernel == RowKernel::kFlash;
+  r.decode = inside && kernel == RowKernel::kDecode;
   return r;
 }
 

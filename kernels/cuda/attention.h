@@ -62,6 +62,19 @@ struct PagedAttentionArgs {
 // Sequences with at least this many new rows go to the tensor-core prefill kernel when enabled.
 inline constexpr int kFlashMinQueryLen = 16;
 
+// Which kernel computes the rows of a sequence with `q_len` new rows and `group` query heads per
+// kv head, given the launch's thresholds (0: that kernel is off): the one rule the kernels
+// (attention.cu, flash_attention.cu, decode_attention.cu) and the host's launch decisions share.
+enum class RowKernel { kPaged, kFlash, kDecode };
+__host__ __device__ inline RowKernel KernelForRows(int q_len, int group, int flash_min_query_len,
+                                                   int decode_max_rows) {
+  if (flash_min_query_len > 0 && q_len >= flash_min_query_len) return RowKernel::kFlash;
+  if (decode_max_rows > 0 && q_len >= 1 && q_len * group <= decode_max_rows) {
+    return RowKernel::kDecode;
+  }
+  return RowKernel::kPaged;
+}
+
 // Causal attention of every query row over its sequence's cached keys and values. Rows whose
 // metadata points outside the pool come out NaN (the host cannot check device metadata cheaply).
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);

@@ -54,8 +54,8 @@ __device__ __forceinline__ float NaN() { return __int_as_float(0x7fc00000); }
 // The sequence's rows belong to this kernel (the same test as RowOf's in attention.cu); the
 // flash prefill kernel keeps the sequences it takes.
 __device__ __forceinline__ bool DecodeRows(const PagedAttentionArgs& a, int q_len) {
-  return q_len >= 1 && q_len * (a.heads / a.kv_heads) <= a.decode_max_rows &&
-         !(a.flash_min_query_len > 0 && q_len >= a.flash_min_query_len);
+  return KernelForRows(q_len, a.heads / a.kv_heads, a.flash_min_query_len, a.decode_max_rows) ==
+         RowKernel::kDecode;
 }
 
 // The merged state of one tile row over `count` records `stride` floats apart (m, l, acc):

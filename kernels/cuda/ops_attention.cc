@@ -273,8 +273,9 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   // CUDA-core kernel run): known from the step's new-row counts, else from its longest chunk,
   // else assumed.
   const int64_t group = heads / kv_heads;
-  const auto needs_paged = [&](int64_t q_len) {
-    return !(decode && q_len * group <= kDecodeTileRows) && !(flash && q_len >= kFlashMinQueryLen);
+  const auto needs_paged = [&](int q_len) {
+    return KernelForRows(q_len, static_cast<int>(group), args.flash_min_query_len,
+                         args.decode_max_rows) == RowKernel::kPaged;
   };
   bool paged = true;
   if (batch.query_len_mask != 0) {
@@ -283,8 +284,9 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
       // Bit 31 stands for 32 rows or more: all of them flash rows, or none.
       if ((batch.query_len_mask >> bit & 1u) != 0 && needs_paged(bit + 1)) paged = true;
     }
-  } else if (batch.max_query_len > 0) {
-    paged = !(decode && batch.max_query_len * group <= kDecodeTileRows);
+  } else if (batch.max_query_len > 0) {  // the longest chunk a decode chunk: so are all
+    paged = KernelForRows(batch.max_query_len, static_cast<int>(group), 0,
+                          args.decode_max_rows) != RowKernel::kDecode;
   }
   constexpr int64_t kFewCtas = 132;
   constexpr int64_t kMaxPartialRecords = int64_t{1} << 16;

@@ -140,9 +140,10 @@ absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend
 
 namespace {
 
-// Rows of `parts` one after the other in a new buffer of their dtype (a device copy each); empty,
-// with the failure recorded in `status`, when any part is missing or the allocation fails.
-Buffer StackRows(Backend& backend, std::initializer_list<const Buffer*> parts,
+// Rows of `parts` one after the other in a new buffer of `dtype` (a device copy or conversion
+// each); empty, with the failure recorded in `status`, when any part is missing or the
+// allocation fails.
+Buffer StackRows(Backend& backend, kernels::DType dtype, std::initializer_list<const Buffer*> parts,
                  absl::Status& status) {
   int64_t rows = 0;
   for (const Buffer* part : parts) {
@@ -152,7 +153,7 @@ Buffer StackRows(Backend& backend, std::initializer_list<const Buffer*> parts,
   const Tensor& first = (*parts.begin())->view();
   std::vector<int64_t> shape(first.shape.begin(), first.shape.begin() + first.rank);
   shape[0] = rows;
-  auto stacked = backend.Allocate(first.dtype, shape);
+  auto stacked = backend.Allocate(dtype, shape);
   if (!stacked.ok()) {
     status = stacked.status();
     return {};
@@ -175,8 +176,11 @@ void StackQkv(Backend& backend, WeightLoader& loader, const std::string& prefix,
   if (biases != 0 && biases != 3) return;  // a partial set stays apart
   const bool biased = biases == 3;
   absl::Status status;
-  Buffer qkv = StackRows(backend, {&w.q.dense, &w.k.dense, &w.v.dense}, status);
-  Buffer bias = biased ? StackRows(backend, {&w.q_bias, &w.k_bias, &w.v_bias}, status) : Buffer{};
+  Buffer qkv = StackRows(backend, w.q.dense.view().dtype, {&w.q.dense, &w.k.dense, &w.v.dense},
+                         status);
+  Buffer bias = biased ? StackRows(backend, w.q_bias.view().dtype,
+                                   {&w.q_bias, &w.k_bias, &w.v_bias}, status)
+                       : Buffer{};
   if (!status.ok()) {
     loader.RecordFailure(prefix + "qkv (stacked)", status);  // Finish reports it
     return;
@@ -263,12 +267,7 @@ GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
   const Buffer g = dense_of(p + "gate_proj.weight", gate);
   const Buffer u = dense_of(p + "up_proj.weight", up);
   if (g.empty() || u.empty()) return w;  // the loader reports what is missing
-  const int64_t n = g.view().dim(0);
-  w.gate_up.dense = AllocRows(backend, 2 * n, h, status);
-  if (!status.ok()) return w;
-  // A same-dtype Convert is a device copy on every backend.
-  status = backend.Convert(g.view(), w.gate_up.dense.view().SliceRows(0, n));
-  if (status.ok()) status = backend.Convert(u.view(), w.gate_up.dense.view().SliceRows(n, 2 * n));
+  w.gate_up.dense = StackRows(backend, backend.compute_dtype(), {&g, &u}, status);
   return w;
 }
 
