@@ -33,6 +33,11 @@ def main():
     diffs, top1_checked, top1_agree = [], 0, 0
     diffs_fp32, hf_bf16_vs_fp32 = [], []
     has_fp32 = bool(ref.get("logprobs_fp32"))
+    # An FP8 reference (e2e_reference.py --fp8) also has transformers emulating W8A8, in bf16
+    # and fp32: the yardstick for --fp8-w8a8, whose activations' FP8 rounding a random model
+    # amplifies far beyond bf16's (so against the plain reference it is far off by design).
+    has_w8a8 = bool(ref.get("logprobs_w8a8"))
+    vs_w8a8, vs_w8a8_fp32, hf_w8a8_bf16_vs_fp32 = [], [], []
     t0 = time.time()
     for k, ids in enumerate(ref["prompts"]):
         r = json.loads(post(args.url + "/v1/completions",
@@ -46,6 +51,12 @@ def main():
             for a, b, h in zip(ours[1:], ref["logprobs_fp32"][k][1:], ref["logprobs"][k][1:]):
                 diffs_fp32.append(abs(a - b))
                 hf_bf16_vs_fp32.append(abs(h - b))
+        if has_w8a8:
+            for a, b, h in zip(ours[1:], ref["logprobs_w8a8_fp32"][k][1:],
+                               ref["logprobs_w8a8"][k][1:]):
+                vs_w8a8.append(abs(a - h))
+                vs_w8a8_fp32.append(abs(a - b))
+                hf_w8a8_bf16_vs_fp32.append(abs(h - b))
         # Teacher-forced top-1: top_logprobs[j] is our distribution for token j; HF's top1[j-1].
         for j in range(1, len(ids)):
             alt = lp["top_logprobs"][j]
@@ -94,6 +105,8 @@ def main():
     summary = {
         "ours_vs_hf_fp32": stats(diffs_fp32),
         "hf_bf16_vs_hf_fp32": stats(hf_bf16_vs_fp32),
+        **({"ours_vs_hf_w8a8_bf16": stats(vs_w8a8), "ours_vs_hf_w8a8_fp32": stats(vs_w8a8_fp32),
+            "hf_w8a8_bf16_vs_hf_w8a8_fp32": stats(hf_w8a8_bf16_vs_fp32)} if has_w8a8 else {}),
         "positions": len(diffs),
         "logprob_abs_diff_max": max(diffs),
         "logprob_abs_diff_mean": sum(diffs) / len(diffs),

@@ -564,6 +564,25 @@ def fp8_quantize(w, block=FP8_BLOCK):
     return codes, scale.to(torch.bfloat16), codes.float() * full
 
 
+def fp8_act_quantize(x, group=FP8_BLOCK):
+    """The W8A8 path's activations as kernels::QuantizeFp8Rows makes them: per row and `group`
+    columns scale = amax / 448 in fp32 (1 for an all-zero group), codes = E4M3(x / scale) rounded
+    to nearest even, saturating; returned decoded (codes * scale) in x's dtype."""
+    shape = x.shape
+    g = x.float().reshape(*shape[:-1], shape[-1] // group, group)
+    amax = g.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    codes = (g / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return (codes.float() * scale).reshape(shape).to(x.dtype)
+
+
+def hook_w8a8(model):
+    """Feeds every FP8 decoder linear FP8-rounded activations (fp8_act_quantize): transformers
+    emulating xserv-worker --fp8-w8a8. Returns the hook handles (remove() to undo)."""
+    return [m.register_forward_pre_hook(lambda mod, args: (fp8_act_quantize(args[0]),) + args[1:])
+            for name, m in model.named_modules() if name.endswith(FP8_LINEARS)]
+
+
 def write_fp8(model, cfg, model_dir):
     """Writes `model` as a Qwen3-8B-FP8-layout checkpoint (../shared/refdata/qwen3-8b-fp8): every
     decoder linear as F8_E4M3 codes + bf16 weight_scale_inv, the rest bf16, config with the real
@@ -618,7 +637,9 @@ def main():
     ap.add_argument("--layers", type=int, default=0,
                     help="gpt-oss-20b: build its first N layers (0: all 24)")
     ap.add_argument("--fp8", action="store_true",
-                    help="qwen3-8b / llama3-8b: write the HF FP8 layout (128x128 block scales)")
+                    help="qwen3-8b / llama3-8b: write the HF FP8 layout (128x128 block scales); "
+                         "the reference also scores W8A8 (activations FP8-rounded as "
+                         "--fp8-w8a8 does) in bf16 and fp32")
     args = ap.parse_args()
     gpt_oss = args.arch == "gpt-oss-20b"
     if args.layers and not gpt_oss:
@@ -665,6 +686,9 @@ def main():
     vocab = min(cfg.vocab_size, 50000)  # ordinary tokens, no specials
     ref = {"prompts": [], "logprobs": [], "top1": [], "margin": [], "greedy": [],
            "logprobs_fp32": [], "top1_fp32": [], "margin_fp32": []}
+    if args.fp8:  # transformers emulating W8A8 (hook_w8a8), in bf16 and in fp32
+        for suffix in ("_w8a8", "_w8a8_fp32"):
+            ref.update({f"logprobs{suffix}": [], f"top1{suffix}": [], f"margin{suffix}": []})
     def score(m, ids, suffix):
         logits = m(ids.unsqueeze(0).cuda()).logits[0].float()
         lp = torch.log_softmax(logits, dim=-1)
@@ -685,6 +709,12 @@ def main():
             out = model.generate(torch.tensor([p]).cuda(), max_new_tokens=args.greedy,
                                  do_sample=False, eos_token_id=None, pad_token_id=0)
             ref["greedy"].append(out[0, len(p):].tolist())
+        if args.fp8:
+            hooks = hook_w8a8(model)
+            for ids in prompts:
+                score(model, ids, "_w8a8")
+            for h in hooks:
+                h.remove()
         # The same weights computed in fp32: the yardstick for what bf16 rounding alone costs
         # (HF bf16 vs HF fp32), against which our bf16 error (ours vs HF fp32) is judged.
         if gpt_oss:
@@ -709,6 +739,10 @@ def main():
         if model is not None:
             for ids in prompts:
                 score(model, ids, "_fp32")
+            if args.fp8:
+                hook_w8a8(model)
+                for ids in prompts:
+                    score(model, ids, "_w8a8_fp32")
     if gpt_oss:
         meta["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
         ref["meta"] = meta

@@ -4,7 +4,8 @@
 # with batch-invariant ones (xserv-worker --batch-invariant; REFERENCE_ROWS lists the reference m
 # values to try; MODES=heuristic skips the batch-invariant runs; BENCH_FLAGS adds flags, e.g.
 # --profile-ops; PROMPT_LEN, default 128, and GEN_LEN, default 64, e.g. PROMPT_LEN=2048 GEN_LEN=4
-# with --profile-ops for a long prompt's prefill by op). Writes $OUT/engine-bench-ARCH.txt.
+# with --profile-ops for a long prompt's prefill by op; FP8=1 writes the model in the HF FP8
+# layout, qwen3-8b / llama3-8b). Writes $OUT/engine-bench-ARCH.txt.
 # Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [batches, default 1,8,32]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -15,7 +16,7 @@ tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-  --out "$work" --model-only >/dev/null 2>&1
+  --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >/dev/null 2>&1
 # VARIANTS="name=FLAGS|name2=FLAGS2": the heuristic mode once per variant (its flags after
 # BENCH_FLAGS), on the same weights, then a table of decode ms/step by batch (e.g.
 # VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true").

@@ -48,7 +48,7 @@ class Runner {
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
     model_ = std::move(*model);
-    auto kv = KvCache::Allocate(backend, model_->config(), 64, 16);
+    auto kv = KvCache::Allocate(backend, model_->rank_config(), 64, 16);
     EXPECT_TRUE(kv.ok()) << kv.status();
     if (!kv.ok()) return;
     kv_ = std::make_unique<KvCache>(std::move(*kv));
