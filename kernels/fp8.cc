@@ -4,30 +4,40 @@
 #include <cmath>
 
 #include "common/safetensors/float_convert.h"
+#include "kernels/host_threads.h"
 
 namespace xserv::kernels {
 
 Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t cols,
                             int64_t block) {
   const int64_t s1 = (cols + block - 1) / block;
+  const int64_t bands = (rows + block - 1) / block;
   Fp8Blocks out;
-  out.scale_inv.assign(static_cast<size_t>((rows + block - 1) / block * s1), 0.0f);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      float& amax = out.scale_inv[(i / block) * s1 + j / block];
-      amax = std::max(amax, std::fabs(values[i * cols + j]));
-    }
-  }
-  for (float& s : out.scale_inv) {
-    s = safetensors::Bf16ToFloat(safetensors::FloatToBf16(s > 0 ? s / 448.0f : 1.0f));
-  }
+  out.scale_inv.assign(static_cast<size_t>(bands * s1), 0.0f);
   out.codes.resize(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      out.codes[i * cols + j] = safetensors::FloatToF8E4M3Saturating(
-          values[i * cols + j] / out.scale_inv[(i / block) * s1 + j / block]);
+  // Bands of `block` rows are independent. An 8B model quantised on load (--quantization fp8) is
+  // 7.6 G values: one thread took minutes, so bands go to several threads.
+  ParallelRanges(static_cast<size_t>(bands), 1, [&](size_t first, size_t last) {
+    for (auto band = static_cast<int64_t>(first); band < static_cast<int64_t>(last); ++band) {
+      float* scales = out.scale_inv.data() + band * s1;
+      const int64_t r0 = band * block, r1 = std::min(rows, r0 + block);
+      for (int64_t i = r0; i < r1; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          scales[j / block] = std::max(scales[j / block], std::fabs(values[i * cols + j]));
+        }
+      }
+      for (int64_t b = 0; b < s1; ++b) {
+        const float s = scales[b];
+        scales[b] = safetensors::Bf16ToFloat(safetensors::FloatToBf16(s > 0 ? s / 448.0f : 1.0f));
+      }
+      for (int64_t i = r0; i < r1; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          out.codes[i * cols + j] =
+              safetensors::FloatToF8E4M3Saturating(values[i * cols + j] / scales[j / block]);
+        }
+      }
     }
-  }
+  });
   return out;
 }
 

@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/host_threads.h"
 
 namespace xserv::kernels {
 
@@ -49,25 +48,7 @@ absl::Status DequantizeMxfp4(std::span<const uint8_t> blocks, std::span<const ui
   };
   // A gpt-oss-20b checkpoint holds 19 G expert values: decoding them on one thread took most of
   // a 200 s start-up on the H200 host. Large tensors are split across threads.
-  constexpr size_t kGroupsPerThread = size_t{1} << 16;
-  const size_t threads = std::clamp<size_t>(
-      std::min<size_t>(std::thread::hardware_concurrency(), 16), 1,
-      std::max<size_t>(1, groups / kGroupsPerThread));
-  if (threads == 1) {
-    decode(0, groups);
-    return absl::OkStatus();
-  }
-  std::vector<std::thread> workers;
-  workers.reserve(threads);
-  size_t started = 0;
-  try {
-    for (; started < threads; ++started) {
-      workers.emplace_back(decode, groups * started / threads, groups * (started + 1) / threads);
-    }
-  } catch (const std::system_error&) {  // no thread to be had: this one decodes the rest
-    decode(groups * started / threads, groups);
-  }
-  for (std::thread& w : workers) w.join();
+  ParallelRanges(groups, size_t{1} << 16, decode);
   return absl::OkStatus();
 }
 

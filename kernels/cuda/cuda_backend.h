@@ -168,6 +168,8 @@ class CudaBackend final : public Backend {
   Buffer sample_rows_, sample_adjustments_, sample_results_;
   // Attention's split partials (attention.h), grown on demand.
   Buffer attention_partials_, decode_partials_;
+  // ArgMax's per-chunk partials (softmax.h), grown on demand.
+  Buffer argmax_partials_;
   int sm_count_ = 0;  // the device's SMs: how many CTAs fill it
   // The MXFP4 experts' scratch (moe_mxfp4.h): routing, activations, down outputs.
   Buffer moe_routing_, moe_act_, moe_out_;

@@ -12,6 +12,9 @@
 namespace xserv::kernels::cuda {
 
 inline constexpr int64_t kGemvMaxRows = 8;
+// bf16 weights of at most this many bytes take the GEMV at <= kGemvMaxRows rows even when
+// GemmOptions::gemv is off (gemm.cc says why).
+inline constexpr int64_t kGemvSmallWeightBytes = 1 << 20;
 // x is staged in shared memory as bf16: m * k * 2 bytes must fit.
 inline constexpr int64_t kGemvMaxSharedBytes = 96 * 1024;
 

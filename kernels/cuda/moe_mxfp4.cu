@@ -12,6 +12,9 @@
 // one bf16x2 multiply by the group's power-of-two scale, both exact, so the tensor cores see
 // exactly the dequantised weights the CPU backend computes with. fp32 accumulation in a fixed
 // K order; a row's result does not depend on the other rows of its block.
+//
+// For a few tokens a GEMV form (MoeMxfp4GemvKernel) streams each pair's expert rows with wide
+// loads instead; see its tile comment.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_mxfp4.h"
@@ -58,6 +61,23 @@ __device__ __forceinline__ uint32_t QuadTransposeBytes(uint32_t w, int q) {
   const uint32_t u = __shfl_xor_sync(kFullMask, t, 2);
   // q < 2: low halves of lanes q and q + 2; q >= 2: high halves of lanes q - 2 and q.
   return q < 2 ? __byte_perm(t, u, 0x5410) : __byte_perm(u, t, 0x7632);
+}
+
+// Outputs c (even) and c + 1 of pair p, biases added: with a.glu the activation of that
+// (gate, up) pair, bf16; otherwise both values, f32.
+__device__ __forceinline__ void StoreRowPair(const MoeGemmArgs& a, int p, int c, float even,
+                                             float odd) {
+  if (a.glu) {
+    // Clamps that keep NaN (as std::clamp and torch.clamp do; fminf would drop it).
+    const float gate = even > a.limit ? a.limit : even;
+    const float up = odd < -a.limit ? -a.limit : (odd > a.limit ? a.limit : odd);
+    const float act = (up + 1.0f) * (gate / (1.0f + expf(-a.alpha * gate)));
+    static_cast<bf16*>(a.out)[static_cast<int64_t>(p) * (a.n / 2) + c / 2] = FromFloat<bf16>(act);
+  } else {
+    float* y = static_cast<float*>(a.out) + static_cast<int64_t>(p) * a.n + c;
+    y[0] = even;
+    y[1] = odd;
+  }
 }
 
 __global__ void __launch_bounds__(kAlignThreads)
@@ -212,21 +232,106 @@ __global__ void __launch_bounds__(kGemmThreads)
     for (int h = 0; h < 2; ++h) {
       const int p = pairs[g + 8 * h];
       if (p < 0) continue;
-      const float even = acc[t][2 * h] + b_even, odd = acc[t][2 * h + 1] + b_odd;
-      if (a.glu) {
-        // Clamps that keep NaN (as std::clamp and torch.clamp do; fminf would drop it).
-        const float gate = even > a.limit ? a.limit : even;
-        const float up = odd < -a.limit ? -a.limit : (odd > a.limit ? a.limit : odd);
-        const float act = (up + 1.0f) * (gate / (1.0f + expf(-a.alpha * gate)));
-        static_cast<bf16*>(a.out)[static_cast<int64_t>(p) * (a.n / 2) + c / 2] =
-            FromFloat<bf16>(act);
-      } else {
-        float* y = static_cast<float*>(a.out) + static_cast<int64_t>(p) * a.n + c;
-        y[0] = even;
-        y[1] = odd;
-      }
+      StoreRowPair(a, p, c, acc[t][2 * h] + b_even, acc[t][2 * h + 1] + b_odd);
     }
   }
+}
+
+// GEMV tile: one CTA per (pair, kGemvWarps * 2 output rows); each warp owns two adjacent rows
+// (for the GLU projection a (gate, up) pair) and its lanes stride over the 32-input groups,
+// kGroupsInFlight groups of both rows loaded before any is used. A byte of codes becomes two
+// floats through a shared table; a group's dot product is scaled by its power of two once.
+constexpr int kGemvWarps = 4;
+constexpr int kGroupsInFlight = 4;
+
+__device__ __forceinline__ float Fp4Float(uint32_t code) {
+  return __uint_as_float(Fp4Bf16Bits(code) << 16);
+}
+
+// 2^(s - 127) (E8M0; s = 0 is the subnormal 2^-127, 255 infinity).
+__device__ __forceinline__ float E8m0Float(uint32_t s) {
+  return __uint_as_float(s == 0 ? 0x00400000u : s << 23);
+}
+
+// Sum over a group's 8 inputs of one 32-bit word of codes: w bytes hold inputs (2b, 2b + 1),
+// x the 8 bf16 inputs.
+__device__ __forceinline__ float DotWord(const float2* lut, uint32_t w, const float (&x)[8]) {
+  float d = 0.0f;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const float2 f = lut[(w >> (8 * b)) & 0xFF];
+    d = fmaf(f.x, x[2 * b], d);
+    d = fmaf(f.y, x[2 * b + 1], d);
+  }
+  return d;
+}
+
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4& v, float (&x)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(words[i] << 16);
+    x[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
+__global__ void __launch_bounds__(kGemvWarps * kWarpSize)
+    MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
+  __shared__ float2 lut[kLutWords];  // byte -> (low nibble, high nibble) values
+  for (int i = threadIdx.x; i < kLutWords; i += kGemvWarps * kWarpSize) {
+    lut[i] = make_float2(Fp4Float(i & 0xF), Fp4Float(i >> 4));
+  }
+  __syncthreads();
+  const int p = blockIdx.y;
+  const int e = a.ids[p];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int n0 = (blockIdx.x * kGemvWarps + warp) * 2;
+  if (e < 0 || e >= a.experts || n0 >= a.n) return;  // no barrier below
+  const bf16* x = RowPtr<const bf16>(a.a, p / a.a_row_div);
+  const int groups = a.k / 32;
+  const int64_t row0 = static_cast<int64_t>(e) * a.n + n0;
+  const uint4* w[2] = {reinterpret_cast<const uint4*>(a.blocks + row0 * groups * 16),
+                       reinterpret_cast<const uint4*>(a.blocks + (row0 + 1) * groups * 16)};
+  const uint8_t* sc[2] = {a.scales + row0 * groups, a.scales + (row0 + 1) * groups};
+  float acc[2] = {0.0f, 0.0f};
+  for (int base = 0; base < groups; base += kGroupsInFlight * kWarpSize) {
+    uint4 wv[kGroupsInFlight][2];
+    uint32_t sv[kGroupsInFlight][2];
+#pragma unroll
+    for (int i = 0; i < kGroupsInFlight; ++i) {
+      const int g = base + i * kWarpSize + lane;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        wv[i][r] = g < groups ? __ldg(w[r] + g) : make_uint4(0, 0, 0, 0);
+        sv[i][r] = g < groups ? __ldg(sc[r] + g) : 0u;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGroupsInFlight; ++i) {
+      const int g = base + i * kWarpSize + lane;
+      if (g >= groups) break;  // later i are further out
+      const uint4* xv = reinterpret_cast<const uint4*>(x + g * 32);
+      float d[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {  // inputs 8v .. 8v + 7: word v of the group's codes
+        float xf[8];
+        Bf16x8ToFloat(xv[v], xf);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t word = v == 0 ? wv[i][r].x : v == 1 ? wv[i][r].y
+                              : v == 2 ? wv[i][r].z : wv[i][r].w;
+          d[r] += DotWord(lut, word, xf);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) acc[r] = fmaf(d[r], E8m0Float(sv[i][r]), acc[r]);
+    }
+  }
+  acc[0] = WarpSum(acc[0]);
+  acc[1] = WarpSum(acc[1]);
+  if (lane != 0) return;
+  const bf16* bias = static_cast<const bf16*>(a.bias) + static_cast<int64_t>(e) * a.n;
+  StoreRowPair(a, p, n0, acc[0] + ToFloat(bias[n0]), acc[1] + ToFloat(bias[n0 + 1]));
 }
 
 __global__ void MoeCombineKernel(const float* y, const int32_t* ids, const float* weights, int k,
@@ -269,6 +374,15 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.max_blocks),
                   static_cast<unsigned>((args.n + kTileN - 1) / kTileN));
   MoeMxfp4GemmKernel<<<grid, kGemmThreads, static_cast<size_t>(smem), stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
+  if (args.pairs == 0 || args.n == 0) return cudaSuccess;
+  if (args.k % 32 != 0 || args.n % 2 != 0 || args.pairs > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((args.n / 2 + kGemvWarps - 1) / kGemvWarps),
+                  static_cast<unsigned>(args.pairs));
+  MoeMxfp4GemvKernel<<<grid, kGemvWarps * kWarpSize, 0, stream>>>(args);
   return cudaGetLastError();
 }
 

@@ -59,10 +59,25 @@ struct MoeGemmArgs {
   float limit = 7.0f;
   float alpha = 1.702f;
   void* out = nullptr;
+  // LaunchMoeMxfp4Gemv only, instead of `routing` and `max_blocks`: pair p uses expert ids[p]
+  // (pairs outside [0, experts) are skipped; the combine poisons their tokens).
+  const int32_t* ids = nullptr;
+  int experts = 0;
+  int pairs = 0;
 };
 // Shared memory the GEMM needs for inputs of k features (the block's A rows plus a decode table).
 int64_t MoeGemmSharedBytes(int64_t k);
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
+
+// Tokens up to which CudaBackend::ExpertsMxfp4 runs the GEMV form below (outside the
+// batch-invariant mode, whose rows must not depend on the batch size that picks a kernel): a
+// decode step's few pairs use one row of a 16-row MMA block each, so the GEMM's tensor-core work
+// and A staging are mostly padding while too few weight bytes are in flight.
+inline constexpr int64_t kMoeGemvMaxTokens = 8;
+
+// MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
+// alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2).
+cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id
 // outside [0, experts) get NaN rows.

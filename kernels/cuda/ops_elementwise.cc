@@ -123,7 +123,13 @@ absl::Status CudaBackend::ArgMax(const Tensor& x, const Tensor& ids) {
   RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
   RETURN_IF_ERROR(ExpectArgMaxOperands(x, ids));
   RETURN_IF_ERROR(ExpectIntRange(kOp, "rows", AsRows(x).rows));
-  return Launched(kOp, LaunchArgMax(AsRows(x), ids.as<int32_t>(), stream_));
+  const RowsView rows = AsRows(x);
+  if (rows.rows > 65535) return OpError(kOp, absl::StrCat(rows.rows, " rows (at most 65535)"));
+  const int64_t scratch = ArgMaxScratchBytes(rows.rows, rows.cols);
+  if (scratch > 0) RETURN_IF_ERROR(Reserve(argmax_partials_, static_cast<size_t>(scratch)));
+  return Launched(kOp, LaunchArgMax(rows, ids.as<int32_t>(),
+                                    scratch > 0 ? argmax_partials_.view().data : nullptr,
+                                    stream_));
 }
 
 }  // namespace xserv::kernels::cuda

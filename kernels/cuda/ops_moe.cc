@@ -205,8 +205,13 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
     const int32_t* chunk_ids = ids.as<int32_t>() + t0 * k;
     const float* chunk_weights = weights.as<float>() + t0 * k;
     const int blocks = static_cast<int>(MoeMaxBlocks(pairs, num_experts));
-    RETURN_IF_ERROR(Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
-                                                 static_cast<int>(num_experts), routing, stream_)));
+    // Few tokens (decode): the GEMV form, no alignment (moe_mxfp4.h says why and when).
+    const bool gemv = !options_.batch_invariant && n <= kMoeGemvMaxTokens;
+    if (!gemv) {
+      RETURN_IF_ERROR(Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
+                                                   static_cast<int>(num_experts), routing,
+                                                   stream_)));
+    }
     const MoeGemmArgs gate_up{.a = AsRows(x.SliceRows(t0, t0 + n)),
                               .a_row_div = static_cast<int>(k),
                               .blocks = gub.as<uint8_t>(),
@@ -219,8 +224,12 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                               .glu = true,
                               .limit = glu.limit,
                               .alpha = glu.alpha,
-                              .out = moe_act_.view().data};
-    RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Gemm(gate_up, stream_)));
+                              .out = moe_act_.view().data,
+                              .ids = chunk_ids,
+                              .experts = static_cast<int>(num_experts),
+                              .pairs = static_cast<int>(pairs)};
+    RETURN_IF_ERROR(Launched(kOp, gemv ? LaunchMoeMxfp4Gemv(gate_up, stream_)
+                                       : LaunchMoeMxfp4Gemm(gate_up, stream_)));
     const MoeGemmArgs down{.a = RowsView{.data = moe_act_.view().data,
                                          .rows = pairs,
                                          .cols = inter,
@@ -233,8 +242,12 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                            .k = static_cast<int>(inter),
                            .routing = routing,
                            .max_blocks = blocks,
-                           .out = moe_out_.view().data};
-    RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Gemm(down, stream_)));
+                           .out = moe_out_.view().data,
+                           .ids = chunk_ids,
+                           .experts = static_cast<int>(num_experts),
+                           .pairs = static_cast<int>(pairs)};
+    RETURN_IF_ERROR(Launched(kOp, gemv ? LaunchMoeMxfp4Gemv(down, stream_)
+                                       : LaunchMoeMxfp4Gemm(down, stream_)));
     RETURN_IF_ERROR(Launched(
         kOp, LaunchMoeCombine(static_cast<const float*>(moe_out_.view().data), chunk_ids,
                               chunk_weights, static_cast<int>(k), static_cast<int>(num_experts),

@@ -5,6 +5,7 @@
 // RouterTopK tile: one warp per row (E <= 1024 experts, lane owns experts e = lane + 32 * i);
 // k rounds of a warp arg-max (lane 0 stores each winner and its logit), then the softmax over the
 // stored logits, lanes strided over the k selections.
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 
@@ -32,21 +33,27 @@ __global__ void __launch_bounds__(kThreads) LogSoftmaxKernel(const RowsView x, c
   for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) o[c] = in[c] - log_z;
 }
 
-// ArgMax tile: one 256-thread CTA per row; each thread scans columns c = tid + k * 256 keeping the
+// ArgMax tile: one 256-thread CTA per row and chunk of columns; each thread scans columns c = tid + k * 256 keeping the
 // first maximum it sees, then warps and the CTA reduce (value, index) pairs preferring the lower
 // index on ties, so the result is the row's first maximum whatever the thread count.
 __device__ __forceinline__ void Better(float& best, int64_t& best_i, float v, int64_t i) {
   if (best_i < 0 || v > best || (v == best && i < best_i)) best = v, best_i = i;
 }
 
-__global__ void __launch_bounds__(kThreads) ArgMaxKernel(const RowsView x, int32_t* ids) {
+// One CTA per (row, chunk of kArgMaxChunk columns) -- a single vocab-sized row over one SM
+// would take ~100 us -- writing its chunk's (value, index), or the row's id when the row is one
+// chunk; ArgMaxMergeKernel then reduces a row's chunks in index order.
+__global__ void __launch_bounds__(kThreads)
+    ArgMaxKernel(const RowsView x, int32_t* ids, ArgMaxPartial* partials) {
   __shared__ float s_best[kWarps];
   __shared__ int64_t s_index[kWarps];
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.y;
   const float* in = RowPtr<const float>(x, r);
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kArgMaxChunk;
+  const int64_t end = min(x.cols, begin + kArgMaxChunk);
   float best = 0.0f;
   int64_t best_i = -1;  // -1: nothing (NaN only) seen yet
-  for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) {
+  for (int64_t c = begin + threadIdx.x; c < end; c += kThreads) {
     const float v = in[c];
     if (!isnan(v)) Better(best, best_i, v, c);
   }
@@ -63,8 +70,33 @@ __global__ void __launch_bounds__(kThreads) ArgMaxKernel(const RowsView x, int32
     for (int w = 1; w < kWarps; ++w) {
       if (s_index[w] >= 0) Better(best, best_i, s_best[w], s_index[w]);
     }
-    ids[r] = static_cast<int32_t>(best_i < 0 ? 0 : best_i);
+    if (gridDim.x == 1) {
+      ids[r] = static_cast<int32_t>(best_i < 0 ? 0 : best_i);
+    } else {
+      partials[r * gridDim.x + blockIdx.x] = {best, static_cast<int32_t>(best_i)};
+    }
   }
+}
+
+// One warp per row over its chunks' partials (lanes strided, then the warp), lower index on ties.
+__global__ void __launch_bounds__(kThreads)
+    ArgMaxMergeKernel(const ArgMaxPartial* partials, int64_t rows, int chunks, int32_t* ids) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
+  if (r >= rows) return;  // whole warps
+  const int lane = threadIdx.x % kWarpSize;
+  float best = 0.0f;
+  int64_t best_i = -1;
+  for (int c = lane; c < chunks; c += kWarpSize) {
+    const ArgMaxPartial p = partials[r * chunks + c];
+    if (p.index >= 0) Better(best, best_i, p.value, p.index);
+  }
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, best, offset);
+    const int64_t i = __shfl_xor_sync(kFullMask, best_i, offset);
+    if (i >= 0) Better(best, best_i, v, i);
+  }
+  if (lane == 0) ids[r] = static_cast<int32_t>(best_i < 0 ? 0 : best_i);
 }
 
 constexpr int kRouterWarpsPerCta = 4;
@@ -125,9 +157,24 @@ cudaError_t LaunchLogSoftmax(const RowsView& x, const RowsView& out, cudaStream_
   return cudaGetLastError();
 }
 
-cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, cudaStream_t stream) {
+int64_t ArgMaxScratchBytes(int64_t rows, int64_t cols) {
+  const int64_t chunks = (cols + kArgMaxChunk - 1) / kArgMaxChunk;
+  return chunks > 1 ? rows * chunks * static_cast<int64_t>(sizeof(ArgMaxPartial)) : 0;
+}
+
+cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, void* scratch, cudaStream_t stream) {
   if (x.rows == 0) return cudaSuccess;
-  ArgMaxKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(x, ids);
+  const int64_t chunks = std::max<int64_t>(1, (x.cols + kArgMaxChunk - 1) / kArgMaxChunk);
+  if (chunks > INT32_MAX || x.rows > 65535) return cudaErrorInvalidValue;
+  auto* partials = static_cast<ArgMaxPartial*>(scratch);
+  if (chunks > 1 && partials == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(x.rows));
+  ArgMaxKernel<<<grid, kThreads, 0, stream>>>(x, ids, partials);
+  if (chunks > 1) {
+    const auto blocks = static_cast<unsigned>((x.rows + kWarps - 1) / kWarps);
+    ArgMaxMergeKernel<<<blocks, kThreads, 0, stream>>>(partials, x.rows,
+                                                       static_cast<int>(chunks), ids);
+  }
   return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/fp8.h"
 #include "kernels/mxfp4.h"
 #include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/moe_mxfp4.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace xserv::kernels::cuda::testing {
@@ -481,12 +482,17 @@ TEST_F(CudaOps, RouterTopKAndExperts) {
   }
 }
 
-// MXFP4 experts on tensor cores (moe_mxfp4.cu) against the CPU's dense experts over the same
-// weights decoded on the host (kernels/mxfp4.h): odd group counts (inter 96 = 3 groups), output
-// tiles cut by N, many tokens per expert, and more than one 1024-token round. Every token of a
-// batch equals the same token computed alone, bit for bit (its slot in an expert's block does not
-// matter).
+// MXFP4 experts (moe_mxfp4.cu) against the CPU's dense experts over the same weights decoded on
+// the host (kernels/mxfp4.h): odd group counts (inter 96 = 3 groups), output tiles cut by N, many
+// tokens per expert, and more than one 1024-token round; on the default backend (the GEMV form up
+// to kMoeGemvMaxTokens tokens, the tensor-core GEMM above) and a batch-invariant one (always the
+// GEMM). Every token of a batch equals the same token computed alone, bit for bit, when both take
+// the same kernel (its slot in an expert's block or its pair's CTA does not matter); across the
+// two kernels within bf16 tolerance.
 TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
+  auto invariant = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .check_each_op = true, .batch_invariant = true});
+  ASSERT_TRUE(invariant.ok()) << invariant.status();
   std::mt19937 rng(14);
   struct Case {
     int64_t tokens, experts, k, hidden, inter;
@@ -494,7 +500,8 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
   // The last two have gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups).
   for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
                        Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
-                       Case{3, 4, 2, 2880, 1440}}) {
+                       Case{3, 4, 2, 2880, 1440}, Case{8, 4, 4, 2880, 2880},
+                       Case{9, 4, 4, 2880, 2880}}) {
     SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
                                       << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
     const int64_t e = c.experts, h = c.hidden, i = c.inter;
@@ -552,23 +559,35 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
     const Twin out = Poisoned({c.tokens, h});
     const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
     ASSERT_TRUE(cpu().Experts(x.cpu, ids.cpu, weights.cpu, dense, glu, out.cpu).ok());
-    const absl::Status run = cuda().Experts(x.cuda, ids.cuda, weights.cuda, mx, glu, out.cuda);
-    ASSERT_TRUE(run.ok()) << run;
-    // The device rounds the activations to bf16 before the down projection (the CPU keeps f32).
-    EXPECT_LE(Error(out), 2 * kBf16OutTol);
-    if (c.tokens > 64) continue;
-    const std::vector<float> batch = DownloadCuda(out.cuda);
-    int differing = 0;
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      const Tensor one = Keep(cuda().Allocate(DType::kBF16, {1, h}));
-      ASSERT_TRUE(cuda()
-                      .Experts(x.cuda.SliceRows(t, t + 1), ids.cuda.SliceRows(t, t + 1),
+    ASSERT_TRUE(cuda().Synchronize().ok());  // uploads done before the other backend's stream
+    for (CudaBackend* b : {&cuda(), invariant->get()}) {
+      const bool gemm_always = b != &cuda();
+      SCOPED_TRACE(gemm_always ? "batch-invariant backend" : "default backend");
+      const absl::Status run = b->Experts(x.cuda, ids.cuda, weights.cuda, mx, glu, out.cuda);
+      ASSERT_TRUE(run.ok()) << run;
+      ASSERT_TRUE(b->Synchronize().ok());
+      // The device rounds the activations to bf16 before the down projection (the CPU keeps f32).
+      EXPECT_LE(Error(out), 2 * kBf16OutTol);
+      if (c.tokens > 64) continue;
+      const std::vector<float> batch = DownloadCuda(out.cuda);
+      const bool same_kernel = gemm_always || c.tokens <= kMoeGemvMaxTokens;
+      int differing = 0;
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        const Tensor one = Keep(cuda().Allocate(DType::kBF16, {1, h}));
+        ASSERT_TRUE(b->Experts(x.cuda.SliceRows(t, t + 1), ids.cuda.SliceRows(t, t + 1),
                                weights.cuda.SliceRows(t, t + 1), mx, glu, one)
-                      .ok());
-      const std::vector<float> alone = DownloadCuda(one);
-      differing += !std::equal(alone.begin(), alone.end(), batch.begin() + t * h);
+                        .ok());
+        ASSERT_TRUE(b->Synchronize().ok());
+        const std::vector<float> alone = DownloadCuda(one);
+        const std::vector<float> in_batch(batch.begin() + t * h, batch.begin() + (t + 1) * h);
+        if (same_kernel) {
+          differing += alone != in_batch;
+        } else {
+          EXPECT_LE(RelativeError(alone, in_batch), 2 * kBf16OutTol) << "token " << t;
+        }
+      }
+      EXPECT_EQ(differing, 0) << "tokens computed alone differ from the batch";
     }
-    EXPECT_EQ(differing, 0) << "tokens computed alone differ from the batch";
   }
 }
 

@@ -253,7 +253,7 @@ TEST_P(ElementwiseOpTest, ArgMaxIsTheFirstMaximumSkippingNaN) {
   std::mt19937 rng(21);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  for (int64_t vocab : {1, 7, 300, 151936}) {
+  for (int64_t vocab : {1, 7, 300, 2048, 2049, 151936, 201088}) {
     const int64_t rows = 6;
     std::vector<float> x = RandomFloats(rows * vocab, rng, -4.0f, 4.0f);
     // Row 1: ties at the maximum far apart; row 2: NaN everywhere but one; row 3: all NaN;

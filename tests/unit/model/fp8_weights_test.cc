@@ -155,6 +155,29 @@ TEST(Fp8Quantiser, BlockScalesAndRoundTrip) {
   }
 }
 
+// A matrix of many row bands (quantised on several threads) gives exactly what each band
+// quantised alone gives: no band's codes or scales depend on how the bands were split.
+TEST(Fp8Quantiser, ThreadedBandsEqualBandByBand) {
+  constexpr int64_t kB = 16, kR = 40 * kB + 3, kC = 3 * kB + 5;
+  std::vector<float> values(kR * kC);
+  std::mt19937 rng(10);
+  for (float& v : values) {
+    v = std::ldexp(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f, static_cast<int>(rng() % 9) - 4);
+  }
+  const kernels::Fp8Blocks whole = kernels::QuantizeFp8Blocks(values, kR, kC, kB);
+  const int64_t s1 = (kC + kB - 1) / kB;
+  for (int64_t r0 = 0; r0 < kR; r0 += kB) {
+    const int64_t rows = std::min(kB, kR - r0);
+    const kernels::Fp8Blocks band = kernels::QuantizeFp8Blocks(
+        std::span<const float>(values).subspan(r0 * kC, rows * kC), rows, kC, kB);
+    ASSERT_TRUE(std::equal(band.codes.begin(), band.codes.end(), whole.codes.begin() + r0 * kC))
+        << "band at row " << r0;
+    ASSERT_TRUE(std::equal(band.scale_inv.begin(), band.scale_inv.end(),
+                           whole.scale_inv.begin() + (r0 / kB) * s1))
+        << "band at row " << r0;
+  }
+}
+
 // The W8A8 activation quantiser: per row and group, scale = amax / 448 exactly (1 for an
 // all-zero group), the largest magnitude coded as +-448, every value back within E4M3's
 // half-ulp (or its subnormal step).
