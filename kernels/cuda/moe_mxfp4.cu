@@ -237,14 +237,12 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
-// GEMV tile: one CTA per (pair, kGemvWarps * kGemvRows output rows); each warp owns kGemvRows
-// adjacent rows (for the GLU projection, (gate, up) pairs) and its lanes stride over the 32-input
-// groups: a group's 32 inputs are converted once and serve all the warp's rows, and
-// kGroupsInFlight groups of every row are loaded before any is used. A byte of codes becomes two
+// GEMV tile: one CTA per (pair, kGemvWarps * 2 output rows); each warp owns two adjacent rows
+// (for the GLU projection a (gate, up) pair) and its lanes stride over the 32-input groups,
+// kGroupsInFlight groups of both rows loaded before any is used. A byte of codes becomes two
 // floats through a shared table; a group's dot product is scaled by its power of two once.
 constexpr int kGemvWarps = 4;
-constexpr int kGemvRows = 8;
-constexpr int kGroupsInFlight = 2;
+constexpr int kGroupsInFlight = 4;
 
 __device__ __forceinline__ float Fp4Float(uint32_t code) {
   return __uint_as_float(Fp4Bf16Bits(code) << 16);
@@ -256,7 +254,7 @@ __device__ __forceinline__ float E8m0Float(uint32_t s) {
 }
 
 // Sum over a group's 8 inputs of one 32-bit word of codes: w bytes hold inputs (2b, 2b + 1),
-// x the 8 inputs.
+// x the 8 bf16 inputs.
 __device__ __forceinline__ float DotWord(const float2* lut, uint32_t w, const float (&x)[8]) {
   float d = 0.0f;
 #pragma unroll
@@ -287,26 +285,25 @@ __global__ void __launch_bounds__(kGemvWarps * kWarpSize)
   const int p = blockIdx.y;
   const int e = a.ids[p];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int n0 = (blockIdx.x * kGemvWarps + warp) * kGemvRows;
+  const int n0 = (blockIdx.x * kGemvWarps + warp) * 2;
   if (e < 0 || e >= a.experts || n0 >= a.n) return;  // no barrier below
-  const int rows = min(kGemvRows, a.n - n0);          // even: N and kGemvRows are
   const bf16* x = RowPtr<const bf16>(a.a, p / a.a_row_div);
   const int groups = a.k / 32;
   const int64_t row0 = static_cast<int64_t>(e) * a.n + n0;
-  const uint4* w = reinterpret_cast<const uint4*>(a.blocks + row0 * groups * 16);
-  const uint8_t* sc = a.scales + row0 * groups;
-  float acc[kGemvRows] = {};
+  const uint4* w[2] = {reinterpret_cast<const uint4*>(a.blocks + row0 * groups * 16),
+                       reinterpret_cast<const uint4*>(a.blocks + (row0 + 1) * groups * 16)};
+  const uint8_t* sc[2] = {a.scales + row0 * groups, a.scales + (row0 + 1) * groups};
+  float acc[2] = {0.0f, 0.0f};
   for (int base = 0; base < groups; base += kGroupsInFlight * kWarpSize) {
-    uint4 wv[kGroupsInFlight][kGemvRows];
-    uint32_t sv[kGroupsInFlight][kGemvRows];
+    uint4 wv[kGroupsInFlight][2];
+    uint32_t sv[kGroupsInFlight][2];
 #pragma unroll
     for (int i = 0; i < kGroupsInFlight; ++i) {
       const int g = base + i * kWarpSize + lane;
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) {
-        const bool in = g < groups && r < rows;
-        wv[i][r] = in ? __ldg(w + static_cast<int64_t>(r) * groups + g) : make_uint4(0, 0, 0, 0);
-        sv[i][r] = in ? __ldg(sc + static_cast<int64_t>(r) * groups + g) : 0u;
+      for (int r = 0; r < 2; ++r) {
+        wv[i][r] = g < groups ? __ldg(w[r] + g) : make_uint4(0, 0, 0, 0);
+        sv[i][r] = g < groups ? __ldg(sc[r] + g) : 0u;
       }
     }
 #pragma unroll
@@ -314,27 +311,27 @@ __global__ void __launch_bounds__(kGemvWarps * kWarpSize)
       const int g = base + i * kWarpSize + lane;
       if (g >= groups) break;  // later i are further out
       const uint4* xv = reinterpret_cast<const uint4*>(x + g * 32);
-      float xf[4][8];  // inputs 8v .. 8v + 7: word v of each row's codes
+      float d[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int v = 0; v < 4; ++v) Bf16x8ToFloat(xv[v], xf[v]);
+      for (int v = 0; v < 4; ++v) {  // inputs 8v .. 8v + 7: word v of the group's codes
+        float xf[8];
+        Bf16x8ToFloat(xv[v], xf);
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) {
-        const float d = DotWord(lut, wv[i][r].x, xf[0]) + DotWord(lut, wv[i][r].y, xf[1]) +
-                        DotWord(lut, wv[i][r].z, xf[2]) + DotWord(lut, wv[i][r].w, xf[3]);
-        acc[r] = fmaf(d, E8m0Float(sv[i][r]), acc[r]);
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t word = v == 0 ? wv[i][r].x : v == 1 ? wv[i][r].y
+                              : v == 2 ? wv[i][r].z : wv[i][r].w;
+          d[r] += DotWord(lut, word, xf);
+        }
       }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) acc[r] = fmaf(d[r], E8m0Float(sv[i][r]), acc[r]);
     }
   }
-#pragma unroll
-  for (int r = 0; r < kGemvRows; ++r) acc[r] = WarpSum(acc[r]);
-  // Every lane holds every sum: lane j stores row pair j.
-  const bf16* bias = static_cast<const bf16*>(a.bias) + row0;
-#pragma unroll
-  for (int j = 0; j < kGemvRows / 2; ++j) {
-    if (lane != j || 2 * j >= rows) continue;
-    StoreRowPair(a, p, n0 + 2 * j, acc[2 * j] + ToFloat(bias[2 * j]),
-                 acc[2 * j + 1] + ToFloat(bias[2 * j + 1]));
-  }
+  acc[0] = WarpSum(acc[0]);
+  acc[1] = WarpSum(acc[1]);
+  if (lane != 0) return;
+  const bf16* bias = static_cast<const bf16*>(a.bias) + static_cast<int64_t>(e) * a.n;
+  StoreRowPair(a, p, n0, acc[0] + ToFloat(bias[n0]), acc[1] + ToFloat(bias[n0 + 1]));
 }
 
 __global__ void MoeCombineKernel(const float* y, const int32_t* ids, const float* weights, int k,
@@ -383,8 +380,7 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
 cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
   if (args.pairs == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0 || args.pairs > 65535) return cudaErrorInvalidValue;
-  const int rows_per_cta = kGemvWarps * kGemvRows;
-  const dim3 grid(static_cast<unsigned>((args.n + rows_per_cta - 1) / rows_per_cta),
+  const dim3 grid(static_cast<unsigned>((args.n / 2 + kGemvWarps - 1) / kGemvWarps),
                   static_cast<unsigned>(args.pairs));
   MoeMxfp4GemvKernel<<<grid, kGemvWarps * kWarpSize, 0, stream>>>(args);
   return cudaGetLastError();
