@@ -70,10 +70,12 @@ int64_t MoeGemmSharedBytes(int64_t k);
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 
 // Tokens up to which CudaBackend::ExpertsMxfp4 runs the GEMV form below (outside the
-// batch-invariant mode, whose rows must not depend on the batch size that picks a kernel): a
-// decode step's few pairs use one row of a 16-row MMA block each, so the GEMM's tensor-core work
-// and A staging are mostly padding while too few weight bytes are in flight.
-inline constexpr int64_t kMoeGemvMaxTokens = 8;
+// batch-invariant mode, whose rows must not depend on the batch size that picks a kernel). At one
+// token each pair fills one row of a 16-row MMA block, and the GEMV was faster on an H200
+// (gpt-oss-20b decode experts 1.93 ms/step against 2.41 ms); at 2 to 8 tokens it was slower than
+// the GEMM (it reads an expert once per pair and decodes through a shared table at ~0.7 TB/s),
+// so only single-token steps take it (docs/benchmarks, session 7).
+inline constexpr int64_t kMoeGemvMaxTokens = 1;
 
 // MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
 // alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2).
