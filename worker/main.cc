@@ -51,7 +51,7 @@ struct WorkerFlags {
   bool batch_invariant = false;
   bool cuda_graphs = true;
   bool tp_cuda_graphs = true;
-  bool pp_cuda_graphs = false;
+  bool pp_cuda_graphs = true;
   KernelChoices kernels;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
@@ -590,9 +590,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddKernelChoiceFlags(app, f.kernels);
   app.add_option("--pp-cuda-graphs", f.pp_cuda_graphs,
-                 "cuda, experimental: decode graphs on pipeline stages too (each stage's NCCL "
-                 "receive, layers and send captured; needs --pp-nccl; every rank must run it); "
-                 "not yet run on GPUs")
+                 "cuda: decode graphs on pipeline stages too (each stage's NCCL receive, layers "
+                 "and send captured; only with --pp-nccl; every rank must run it)")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "
