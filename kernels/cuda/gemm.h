@@ -67,7 +67,8 @@ struct GemmOptions {
   // Calls of at most kGemvMaxRows rows go to the skinny kernel (gemv.h) where it supports them;
   // never in batch-invariant mode (a row would change bits when the batch crosses the threshold).
   // Off by default: on the H200 it matches cuBLASLt at one row and trails it at eight
-  // (docs/benchmarks/README.md), so it waits for the next kernel pass.
+  // (docs/benchmarks/README.md), so it waits for the next kernel pass. Weights of at most
+  // kGemvSmallWeightBytes take it regardless (GemmRunner::Run says why).
   bool gemv = false;
   // Time the heuristic's top candidates on the call's own buffers the first time a shape family
   // (n, k, layout; m by power-of-two bucket) is seen outside a graph capture, and keep the

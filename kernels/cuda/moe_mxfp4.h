@@ -1,7 +1,8 @@
 // Launchers of the MXFP4 (W4A16) mixture-of-experts kernels (moe_mxfp4.cu). Host API only;
 // CudaBackend::Experts validates and chunks the tokens first (ops_moe.cc).
 //
-// One MoE layer over T tokens with top-k routing runs as four launches:
+// One MoE layer over T tokens with top-k routing runs as four launches (three for a single
+// token: LaunchMoeMxfp4Gemv needs no alignment; see kMoeGemvMaxTokens):
 //   1. MoeAlign: the T*k (token, slot) pairs p = t*k + j grouped by expert into blocks of
 //      kMoeBlockRows pair rows (each expert's last block padded with -1), with each block's expert;
 //   2. MoeMxfp4Gemm (GLU): act[p] = Glu(gate_up[e] · x[t] + bias) per pair, bf16;

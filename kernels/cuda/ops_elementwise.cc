@@ -124,7 +124,9 @@ absl::Status CudaBackend::ArgMax(const Tensor& x, const Tensor& ids) {
   RETURN_IF_ERROR(ExpectArgMaxOperands(x, ids));
   RETURN_IF_ERROR(ExpectIntRange(kOp, "rows", AsRows(x).rows));
   const RowsView rows = AsRows(x);
-  if (rows.rows > 65535) return OpError(kOp, absl::StrCat(rows.rows, " rows (at most 65535)"));
+  if (rows.cols > 65535 * kArgMaxChunk) {
+    return OpError(kOp, absl::StrCat(rows.cols, " columns (at most ", 65535 * kArgMaxChunk, ")"));
+  }
   const int64_t scratch = ArgMaxScratchBytes(rows.rows, rows.cols);
   if (scratch > 0) RETURN_IF_ERROR(Reserve(argmax_partials_, static_cast<size_t>(scratch)));
   return Launched(kOp, LaunchArgMax(rows, ids.as<int32_t>(),

@@ -199,14 +199,14 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   const MoeRouting routing{.sorted_pairs = routing_base,
                            .block_expert = routing_base + max_blocks * kMoeBlockRows,
                            .num_blocks = routing_base + max_blocks * kMoeBlockRows + max_blocks};
+  // Few tokens (decode): the GEMV form, no alignment (moe_mxfp4.h says why and when).
+  const bool gemv = !options_.batch_invariant && tokens <= kMoeGemvMaxTokens;
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t n = std::min(chunk, tokens - t0);
     const int64_t pairs = n * k;
     const int32_t* chunk_ids = ids.as<int32_t>() + t0 * k;
     const float* chunk_weights = weights.as<float>() + t0 * k;
     const int blocks = static_cast<int>(MoeMaxBlocks(pairs, num_experts));
-    // Few tokens (decode): the GEMV form, no alignment (moe_mxfp4.h says why and when).
-    const bool gemv = !options_.batch_invariant && n <= kMoeGemvMaxTokens;
     if (!gemv) {
       RETURN_IF_ERROR(Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
                                                    static_cast<int>(num_experts), routing,

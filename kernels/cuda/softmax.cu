@@ -33,9 +33,10 @@ __global__ void __launch_bounds__(kThreads) LogSoftmaxKernel(const RowsView x, c
   for (int64_t c = threadIdx.x; c < x.cols; c += kThreads) o[c] = in[c] - log_z;
 }
 
-// ArgMax tile: one 256-thread CTA per row and chunk of columns; each thread scans columns c = tid + k * 256 keeping the
-// first maximum it sees, then warps and the CTA reduce (value, index) pairs preferring the lower
-// index on ties, so the result is the row's first maximum whatever the thread count.
+// ArgMax tile: one 256-thread CTA per row and chunk of columns; each thread scans columns
+// c = begin + tid + k * 256 keeping the first maximum it sees, then warps and the CTA reduce
+// (value, index) pairs preferring the lower index on ties, so the result is the row's first
+// maximum whatever the thread count or chunking.
 __device__ __forceinline__ void Better(float& best, int64_t& best_i, float v, int64_t i) {
   if (best_i < 0 || v > best || (v == best && i < best_i)) best = v, best_i = i;
 }
@@ -47,9 +48,9 @@ __global__ void __launch_bounds__(kThreads)
     ArgMaxKernel(const RowsView x, int32_t* ids, ArgMaxPartial* partials) {
   __shared__ float s_best[kWarps];
   __shared__ int64_t s_index[kWarps];
-  const int64_t r = blockIdx.y;
+  const int64_t r = blockIdx.x;
   const float* in = RowPtr<const float>(x, r);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kArgMaxChunk;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * kArgMaxChunk;
   const int64_t end = min(x.cols, begin + kArgMaxChunk);
   float best = 0.0f;
   int64_t best_i = -1;  // -1: nothing (NaN only) seen yet
@@ -70,15 +71,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 1; w < kWarps; ++w) {
       if (s_index[w] >= 0) Better(best, best_i, s_best[w], s_index[w]);
     }
-    if (gridDim.x == 1) {
+    if (gridDim.y == 1) {
       ids[r] = static_cast<int32_t>(best_i < 0 ? 0 : best_i);
     } else {
-      partials[r * gridDim.x + blockIdx.x] = {best, static_cast<int32_t>(best_i)};
+      partials[r * gridDim.y + blockIdx.y] = {best, static_cast<int32_t>(best_i)};
     }
   }
 }
 
-// One warp per row over its chunks' partials (lanes strided, then the warp), lower index on ties.
+// One warp per row over its chunks' partials (lanes strided, then a butterfly); the tie rule
+// (lower index) makes the result the row's first maximum whatever the order of combination.
 __global__ void __launch_bounds__(kThreads)
     ArgMaxMergeKernel(const ArgMaxPartial* partials, int64_t rows, int chunks, int32_t* ids) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
@@ -165,10 +167,10 @@ int64_t ArgMaxScratchBytes(int64_t rows, int64_t cols) {
 cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, void* scratch, cudaStream_t stream) {
   if (x.rows == 0) return cudaSuccess;
   const int64_t chunks = std::max<int64_t>(1, (x.cols + kArgMaxChunk - 1) / kArgMaxChunk);
-  if (chunks > INT32_MAX || x.rows > 65535) return cudaErrorInvalidValue;
+  if (chunks > 65535 || x.rows > INT32_MAX) return cudaErrorInvalidValue;
   auto* partials = static_cast<ArgMaxPartial*>(scratch);
   if (chunks > 1 && partials == nullptr) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(x.rows));
+  const dim3 grid(static_cast<unsigned>(x.rows), static_cast<unsigned>(chunks));
   ArgMaxKernel<<<grid, kThreads, 0, stream>>>(x, ids, partials);
   if (chunks > 1) {
     const auto blocks = static_cast<unsigned>((x.rows + kWarps - 1) / kWarps);

@@ -23,7 +23,8 @@ struct ArgMaxPartial {
   int32_t index;  // -1: the chunk held only NaN
 };
 int64_t ArgMaxScratchBytes(int64_t rows, int64_t cols);
-// ids[r] = arg-max of f32 row r (ties: lowest index; NaN skipped; all-NaN row: 0). rows <= 65535.
+// ids[r] = arg-max of f32 row r (ties: lowest index; NaN skipped; all-NaN row: 0). Rows of at
+// most 65535 chunks (134 M columns).
 cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, void* scratch, cudaStream_t stream);
 // logits f32 [T, E] rows; ids i32 [T, k] and weights f32 [T, k] contiguous. Ties pick the lower
 // expert id; weights are the softmax over the k selected logits.

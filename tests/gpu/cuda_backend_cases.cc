@@ -11,8 +11,9 @@
 namespace xserv::kernels::testing {
 namespace {
 
-// Three cases: the default (cuBLASLt heuristic), the opt-in skinny GEMV for decode rows, and the
-// batch-invariant mode, which alone promises rows independent of the batch.
+// Three cases: the default (cuBLASLt heuristic; weights of at most kGemvSmallWeightBytes take the
+// GEMV at decode rows), the opt-in skinny GEMV for decode rows, and the batch-invariant mode,
+// which alone promises rows independent of the batch.
 std::vector<BackendCase> CudaCases() {
   auto info = xserv::cuda::QueryRuntime();
   if (!info.ok() || info->devices.empty()) return {};

@@ -497,11 +497,13 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
   struct Case {
     int64_t tokens, experts, k, hidden, inter;
   };
-  // The last two have gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups).
+  // From the fifth on gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups); one token
+  // of them (the GEMV on the default backend) against the CPU, and a hidden size of 144 groups
+  // (the GEMV's lanes loop over more than one round of groups); 8 tokens sharing 4 experts.
   for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
                        Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
-                       Case{3, 4, 2, 2880, 1440}, Case{8, 4, 4, 2880, 2880},
-                       Case{9, 4, 4, 2880, 2880}}) {
+                       Case{3, 4, 2, 2880, 1440}, Case{1, 4, 2, 2880, 2880},
+                       Case{1, 4, 2, 4608, 96}, Case{8, 4, 4, 2880, 2880}}) {
     SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
                                       << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
     const int64_t e = c.experts, h = c.hidden, i = c.inter;
@@ -557,12 +559,15 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
     const Twin weights = Upload(weight_values, {c.tokens, c.k}, DType::kF32);
     const Twin x = Upload(RandomBf16(c.tokens * h, rng), {c.tokens, h});
     const Twin out = Poisoned({c.tokens, h});
+    const std::vector<float> poison(c.tokens * h, NAN);
     const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
     ASSERT_TRUE(cpu().Experts(x.cpu, ids.cpu, weights.cpu, dense, glu, out.cpu).ok());
     ASSERT_TRUE(cuda().Synchronize().ok());  // uploads done before the other backend's stream
     for (CudaBackend* b : {&cuda(), invariant->get()}) {
       const bool gemm_always = b != &cuda();
       SCOPED_TRACE(gemm_always ? "batch-invariant backend" : "default backend");
+      UploadCuda(poison, out.cuda);  // each backend must write every output itself
+      ASSERT_TRUE(cuda().Synchronize().ok());
       const absl::Status run = b->Experts(x.cuda, ids.cuda, weights.cuda, mx, glu, out.cuda);
       ASSERT_TRUE(run.ok()) << run;
       ASSERT_TRUE(b->Synchronize().ok());
@@ -574,6 +579,8 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
       int differing = 0;
       for (int64_t t = 0; t < c.tokens; ++t) {
         const Tensor one = Keep(cuda().Allocate(DType::kBF16, {1, h}));
+        UploadCuda(std::vector<float>(h, NAN), one);
+        ASSERT_TRUE(cuda().Synchronize().ok());
         ASSERT_TRUE(b->Experts(x.cuda.SliceRows(t, t + 1), ids.cuda.SliceRows(t, t + 1),
                                weights.cuda.SliceRows(t, t + 1), mx, glu, one)
                         .ok());

@@ -136,7 +136,7 @@ class CudaVsCpuTest : public ::testing::Test {
   }
   double Error(const Twin& t) { return RelativeError(DownloadCuda(t.cuda), DownloadCpu(t.cpu)); }
 
- private:
+  // Host floats into an existing device tensor (f32, bf16 or f16), e.g. to poison it again.
   void UploadCuda(const std::vector<float>& host, const Tensor& dst) {
     if (dst.dtype == DType::kF32) {
       EXPECT_TRUE(cuda().CopyFromHost(host.data(), dst).ok());
@@ -150,6 +150,7 @@ class CudaVsCpuTest : public ::testing::Test {
     EXPECT_TRUE(cuda().CopyFromHost(bits.data(), dst).ok());
   }
 
+ private:
   std::unique_ptr<CudaBackend> cuda_;
   std::unique_ptr<cpu::CpuBackend> cpu_;
   std::vector<Buffer> buffers_;

@@ -162,7 +162,8 @@ TEST(Fp8Quantiser, ThreadedBandsEqualBandByBand) {
   std::vector<float> values(kR * kC);
   std::mt19937 rng(10);
   for (float& v : values) {
-    v = std::ldexp(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f, static_cast<int>(rng() % 9) - 4);
+    v = std::ldexp(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f,
+                   static_cast<int>(rng() % 9) - 4);
   }
   const kernels::Fp8Blocks whole = kernels::QuantizeFp8Blocks(values, kR, kC, kB);
   const int64_t s1 = (kC + kB - 1) / kB;
