@@ -75,6 +75,7 @@ struct WorkerFlags {
   std::string scheduling_policy = "fcfs";
   bool enable_prefix_caching = true;
   int long_prefill_token_threshold = 0;
+  int max_waiting_steps = 0;
   double drain_timeout_s = 30;
   // Rank layout of this process within its replica (TP x PP) and the replica's id.
   int tp_size = 1, tp_rank = 0, pp_size = 1, pp_rank = 0, replica_id = 0;
@@ -476,6 +477,7 @@ int Run(const WorkerFlags& f) {
   ec.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   ec.scheduler.max_model_len = max_model_len;
   ec.scheduler.long_prefill_token_threshold = f.long_prefill_token_threshold;
+  ec.scheduler.max_waiting_steps = f.max_waiting_steps;
   ec.scheduler.preemption_mode = f.preemption_mode == "recompute"
                                      ? engine::PreemptionMode::kRecompute
                                      : engine::PreemptionMode::kSwap;
@@ -620,6 +622,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--enable-prefix-caching", f.enable_prefix_caching)->capture_default_str();
   app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold)
+      ->capture_default_str();
+  app.add_option("--max-waiting-steps", f.max_waiting_steps,
+                 "while requests run, new ones wait up to this many steps to start together "
+                 "(sooner when they fill a step's token budget); 0: every step admits")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
   app.add_option("--tp-size", f.tp_size, "tensor-parallel ranks in this replica")

@@ -119,7 +119,7 @@ StepPlan Scheduler::Step() {
     }
   }
   // 4. Waiting requests (new, or preempted by recompute), head of line first.
-  if (!preempted && swapped_.empty()) {
+  if (!preempted && swapped_.empty() && AdmitsThisStep(budget)) {
     for (RequestId id : Snapshot(waiting_)) {
       if (full() || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
       Request* r = Find(id);
@@ -134,11 +134,25 @@ StepPlan Scheduler::Step() {
       const int32_t n = ScheduleAdmission(r, budget, plan);
       if (n == 0) break;
       budget -= n;
+      last_admission_step_ = num_steps_;
     }
   }
   plan.finished = std::move(pending_finished_);
   pending_finished_.clear();
   return plan;
+}
+
+bool Scheduler::AdmitsThisStep(int32_t budget) const {
+  if (config_.max_waiting_steps == 0 || running_.empty() || waiting_.empty()) return true;
+  if (num_steps_ - last_admission_step_ >= static_cast<uint64_t>(config_.max_waiting_steps)) {
+    return true;
+  }
+  int64_t waiting_tokens = 0;  // what admitting now would feed, up to the step's budget
+  for (const auto& [key, r] : waiting_) {
+    waiting_tokens += r->num_tokens() - r->num_computed_tokens;
+    if (waiting_tokens >= budget) return true;
+  }
+  return false;
 }
 
 int32_t Scheduler::ChunkLimit(int32_t num_remaining, int32_t budget) const {

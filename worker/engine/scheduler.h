@@ -116,6 +116,8 @@ class Scheduler {
   int32_t ScheduleRunning(Request* r, int32_t budget, StepPlan& plan);
   int32_t ScheduleSwapIn(Request* r, int32_t budget, StepPlan& plan);
   int32_t ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan);
+  // Whether this step may admit waiting requests (SchedulerConfig::max_waiting_steps).
+  bool AdmitsThisStep(int32_t budget) const;
   // The worst running request in no outstanding plan (this one included).
   Request* PickVictim() const;
   void Preempt(Request* r, StepPlan& plan);
@@ -139,6 +141,7 @@ class Scheduler {
 
   uint64_t next_arrival_seq_ = 1;
   uint64_t num_steps_ = 0;
+  uint64_t last_admission_step_ = 0;  // the last step that admitted a waiting request
   uint64_t num_prompt_tokens_total_ = 0;
   uint64_t num_generation_tokens_total_ = 0;
   uint64_t num_preemptions_total_ = 0;

@@ -15,6 +15,7 @@ absl::Status SchedulerConfig::Validate() const {
   if (long_prefill_token_threshold < 0) {
     return absl::InvalidArgumentError("long_prefill_token_threshold must be >= 0");
   }
+  if (max_waiting_steps < 0) return absl::InvalidArgumentError("max_waiting_steps must be >= 0");
   if (admission_watermark < 0.f || admission_watermark >= 1.f) {
     return absl::InvalidArgumentError("admission_watermark must be in [0, 1)");
   }

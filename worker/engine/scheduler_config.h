@@ -46,6 +46,12 @@ struct SchedulerConfig {
   int32_t long_prefill_token_threshold = 0;
   SchedulingPolicy policy = FcfsPolicy{};
   PreemptionMode preemption_mode = PreemptionMode::kSwap;
+  // Admission batching (TGI's max_waiting_tokens; 0 = off, every step admits, as vLLM does):
+  // while requests run, new ones wait until this many steps have passed since the last
+  // admission or until the waiting prompts would fill the step's token budget, then start
+  // together. Each step that carries prefill chunks is a mixed step that cannot replay a decode
+  // graph, so batching admissions trades a few steps of TTFT for graphed decode steps.
+  int32_t max_waiting_steps = 0;
   // New requests are admitted only while this fraction of the device pool stays free, so
   // running decodes do not preempt right after an admission. Ignored when nothing runs.
   float admission_watermark = 0.01f;

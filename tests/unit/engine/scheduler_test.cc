@@ -130,6 +130,46 @@ TEST(Scheduler, LongPrefillThresholdCapsEachChunk) {
   driver.RunToCompletion();
 }
 
+// max_waiting_steps: with a request running, new ones wait until that many steps have passed
+// since the last admission (then start together), or until what waits fills the step's budget;
+// nothing running admits at once; 0 admits at every step. Outputs are unchanged.
+TEST(Scheduler, MaxWaitingStepsBatchesAdmissions) {
+  ManualClock clock;
+  SchedulerConfig c = RoomyConfig();
+  c.max_waiting_steps = 3;
+  auto s = MakeScheduler(c, &clock);
+  Driver driver(*s, kVocab);
+  const auto first = Prompt(8, 1);
+  ASSERT_TRUE(s->AddRequest(Spec(1, first, 30)).ok());
+  StepPlan plan = driver.Step();  // step 1: nothing ran, so request 1 starts at once
+  ASSERT_NE(FindSeq(plan, 1), nullptr);
+  ASSERT_TRUE(s->AddRequest(Spec(2, Prompt(5, 2), 4)).ok());
+  plan = driver.Step();  // step 2: one step since the last admission
+  EXPECT_EQ(FindSeq(plan, 2), nullptr);
+  ASSERT_TRUE(s->AddRequest(Spec(3, Prompt(6, 3), 4)).ok());
+  plan = driver.Step();  // step 3: two
+  EXPECT_EQ(FindSeq(plan, 2), nullptr);
+  EXPECT_EQ(FindSeq(plan, 3), nullptr);
+  EXPECT_EQ(plan.seqs.size(), 1u);  // request 1 decodes meanwhile
+  plan = driver.Step();  // step 4: three steps: both start together
+  ASSERT_NE(FindSeq(plan, 2), nullptr);
+  ASSERT_NE(FindSeq(plan, 3), nullptr);
+  EXPECT_TRUE(FindSeq(plan, 2)->is_new);
+  // A prompt that fills the step's budget (64 tokens, 1 taken by the decode) starts at once.
+  plan = driver.Step();  // step 5
+  const auto big = Prompt(70, 4);
+  ASSERT_TRUE(s->AddRequest(Spec(4, big, 2)).ok());
+  plan = driver.Step();  // step 6: one step after the last admission, but the budget is full
+  ASSERT_NE(FindSeq(plan, 4), nullptr);
+  ASSERT_TRUE(s->CheckInvariants().ok());
+  driver.RunToCompletion();
+  ExpectMatchesReference(driver, 1, first, 30, c.max_model_len);
+  ExpectMatchesReference(driver, 4, big, 2, c.max_model_len);
+
+  c.max_waiting_steps = -1;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
 TEST(Scheduler, WithoutChunkingPromptsAreScheduledWhole) {
   ManualClock clock;
   SchedulerConfig c = RoomyConfig();
