@@ -44,12 +44,15 @@ Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t
 void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t block,
                          std::span<float> values) {
   const int64_t s1 = (cols + block - 1) / block;
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      values[i * cols + j] = safetensors::F8E4M3ToFloat(q.codes[i * cols + j]) *
-                             q.scale_inv[(i / block) * s1 + j / block];
+  // Every element on its own: rows split across threads like the quantiser's bands.
+  ParallelRanges(static_cast<size_t>(rows), static_cast<size_t>(block), [&](size_t r0, size_t r1) {
+    for (auto i = static_cast<int64_t>(r0); i < static_cast<int64_t>(r1); ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        values[i * cols + j] = safetensors::F8E4M3ToFloat(q.codes[i * cols + j]) *
+                               q.scale_inv[(i / block) * s1 + j / block];
+      }
     }
-  }
+  });
 }
 
 Fp8Rows QuantizeFp8Rows(std::span<const float> values, int64_t rows, int64_t cols,

@@ -1,9 +1,13 @@
 // The CUDA backend's kernel choices as command-line flags, shared by xserv-worker and
 // xserv-engine-bench so that both expose the same switches with the same defaults and words.
-// Plain values (no CUDA types): the flags parse on builds without CUDA too, where they do nothing.
+// Plain values: the flags parse on builds without CUDA too, where they do nothing;
+// CudaOptionsOf (CUDA builds) turns them into the backend's options.
 #pragma once
 
 #include "CLI/CLI.hpp"
+#if XSERV_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace xserv::worker {
 
@@ -13,6 +17,7 @@ struct KernelChoices {
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
+  bool gemv = false;               // own skinny GEMV for decode-sized bf16 matmuls
 };
 
 inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
@@ -38,6 +43,25 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "their activations to FP8 per row and 128 columns and run cuBLASLt's FP8 "
                  "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
       ->capture_default_str();
+  app.add_option("--gemv", k.gemv,
+                 "cuda: own skinny GEMV kernel for bf16 matmuls of <= 8 rows instead of cuBLASLt "
+                 "(small weights take it anyway)")
+      ->capture_default_str();
 }
+
+#if XSERV_HAVE_CUDA
+// The CUDA backend's options for device 0 with these kernel choices.
+inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
+                                                       bool batch_invariant) {
+  return {.device = 0,
+          .batch_invariant = batch_invariant,
+          .gemv = k.gemv,
+          .gemm_autotune = k.gemm_autotune,
+          .flash_prefill = k.flash_prefill,
+          .decode_attention = k.decode_attention,
+          .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
+          .fp8_w8a8 = k.fp8_w8a8};
+}
+#endif
 
 }  // namespace xserv::worker

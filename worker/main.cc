@@ -99,15 +99,8 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
   if (f.backend == "cuda") {
     auto runtime = cuda::QueryRuntime();
     if (runtime.ok()) spdlog::info("{}", cuda::Describe(*runtime));
-    ASSIGN_OR_RETURN(auto backend,
-                     kernels::cuda::CudaBackend::Create(
-                         {.device = 0,
-                          .batch_invariant = f.batch_invariant,
-                          .gemm_autotune = f.kernels.gemm_autotune,
-                          .flash_prefill = f.kernels.flash_prefill,
-                          .decode_attention = f.kernels.decode_attention,
-                          .fuse_qk_norm_rope = f.kernels.fuse_qk_norm_rope,
-                          .fp8_w8a8 = f.kernels.fp8_w8a8}));
+    ASSIGN_OR_RETURN(auto backend, kernels::cuda::CudaBackend::Create(
+                                       CudaOptionsOf(f.kernels, f.batch_invariant)));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif
@@ -305,10 +298,7 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
                    .max_blocks_per_seq = (ec.scheduler.max_model_len + block_size - 1) / block_size,
                    .block_size = block_size});
   // Only the last stage produces logits; other stages keep a placeholder.
-  const int64_t logits_rows =
-      model.is_last_stage()
-          ? std::min(ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs)
-          : 1;
+  const int64_t logits_rows = model.is_last_stage() ? ec.scheduler.MaxLogitsRows() : 1;
   auto logits = backend.Allocate(kernels::DType::kF32,
                                  {logits_rows, model.is_last_stage() ? model.config().vocab_size
                                                                      : int64_t{1}});
@@ -323,11 +313,10 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
   spdlog::info("tp rank {}/{}, pp rank {}/{} following the leader", f.tp_rank, f.tp_size,
                f.pp_rank, f.pp_size);
   engine::DeviceStepRunner runner(backend, model, kv, *builder, *logits, ec.pipeline);
-  // The leader's engine makes the same graphs with the same limits: the largest decode step,
-  // whatever this stage's logits placeholder.
-  const std::unique_ptr<model::DecodeGraphs> graphs = engine::MakeDecodeGraphs(
-      ec, backend, model, kv, *builder,
-      std::min(ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs));
+  // The leader's engine makes the same graphs with the same limits (SchedulerConfig::
+  // MaxLogitsRows), whatever this stage's logits placeholder.
+  const std::unique_ptr<model::DecodeGraphs> graphs =
+      engine::MakeDecodeGraphs(ec, backend, model, kv, *builder);
   runner.set_graphs(graphs.get());
   engine::PeerLoopStats stats;
   // The loop runs on its own thread so this one keeps consuming SIGTERM/SIGINT (a signal nobody
@@ -626,7 +615,6 @@ int main(int argc, char** argv) {
   app.add_option("--max-waiting-steps", f.max_waiting_steps,
                  "while requests run, new ones wait up to this many steps to start together "
                  "(sooner when they fill a step's token budget); 0: every step admits")
-      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
   app.add_option("--tp-size", f.tp_size, "tensor-parallel ranks in this replica")

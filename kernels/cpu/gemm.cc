@@ -17,8 +17,7 @@ namespace {
 // ever differed), so 2^21 leaves a margin; large problems (e.g. an lm_head) are never padded.
 constexpr int64_t kMinWork = int64_t{1} << 21;
 
-}  // namespace
-
+// Whether InvariantSgemm uses OpenBLAS's blocked GEMM on this CPU (else one sgemv per row).
 bool BlockedGemmIsInvariant() {
   // OpenBLAS picks its kernels once, at load (DYNAMIC_ARCH); the answer never changes.
   static const bool invariant = [] {
@@ -29,6 +28,8 @@ bool BlockedGemmIsInvariant() {
   }();
   return invariant;
 }
+
+}  // namespace
 
 void InvariantSgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc) {

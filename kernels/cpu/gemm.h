@@ -23,7 +23,4 @@ namespace xserv::kernels::cpu {
 void InvariantSgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc);
 
-// Whether InvariantSgemm uses OpenBLAS's blocked GEMM on this CPU (else one sgemv per row).
-bool BlockedGemmIsInvariant();
-
 }  // namespace xserv::kernels::cpu

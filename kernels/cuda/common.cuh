@@ -41,6 +41,36 @@ __device__ __forceinline__ T QuietNaN() {
   return FromFloat<T>(__int_as_float(0x7fc00000));
 }
 
+// 8 bf16 in one 16-byte vector to floats and back (round to nearest even), for kernels that
+// move rows with 16-byte loads and stores; Aligned16 tells whether a pointer allows them.
+__device__ __forceinline__ void UnpackBf16x8(const uint4& raw, float* out) {
+  const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pair[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ uint4 PackBf16x8(const float* in) {
+  uint4 raw;
+  __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+  return raw;
+}
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// RMSNorm's 1 / rms of a row of n values from their sum of squares, and RoPE's rotation of a
+// pair: one formula each for the separate kernels (norm.cu, rope.cu) and the fused one
+// (qk_norm_rope.cu), which must agree with them bit for bit.
+__device__ __forceinline__ float RmsInv(float sum_sq, int64_t n, float eps) {
+  return rsqrtf(sum_sq / static_cast<float>(n) + eps);
+}
+__device__ __forceinline__ float2 RotatePair(float x1, float x2, float c, float s) {
+  return make_float2(x1 * c - x2 * s, x2 * c + x1 * s);
+}
+
 // Butterfly sum: every lane ends with the bitwise-same value (each step adds the same two
 // operands on both partner lanes, and fp addition is commutative).
 __device__ __forceinline__ float WarpSum(float v) {

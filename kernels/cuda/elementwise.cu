@@ -46,9 +46,7 @@ __global__ void __launch_bounds__(kThreads)
 // element. Each thread rewrites only the vector it read, so out may alias a or b.
 constexpr int kVec = 8;
 
-bool VecRows(const RowsView& v) {
-  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.stride % kVec == 0;
-}
+bool VecRows(const RowsView& v) { return Aligned16(v.data) && v.stride % kVec == 0; }
 
 template <typename Op>
 __global__ void __launch_bounds__(kThreads)
@@ -58,15 +56,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
     const int64_t r = i / vecs_per_row, c = (i % vecs_per_row) * kVec;
-    const uint4 va = *reinterpret_cast<const uint4*>(RowPtr<const bf16>(a, r) + c);
-    const uint4 vb = *reinterpret_cast<const uint4*>(RowPtr<const bf16>(b, r) + c);
-    const bf16* ea = reinterpret_cast<const bf16*>(&va);
-    const bf16* eb = reinterpret_cast<const bf16*>(&vb);
-    uint4 vo;
-    bf16* eo = reinterpret_cast<bf16*>(&vo);
+    float fa[kVec], fb[kVec];
+    UnpackBf16x8(*reinterpret_cast<const uint4*>(RowPtr<const bf16>(a, r) + c), fa);
+    UnpackBf16x8(*reinterpret_cast<const uint4*>(RowPtr<const bf16>(b, r) + c), fb);
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) eo[e] = FromFloat<bf16>(op(ToFloat(ea[e]), ToFloat(eb[e])));
-    *reinterpret_cast<uint4*>(RowPtr<bf16>(out, r) + c) = vo;
+    for (int e = 0; e < kVec; ++e) fa[e] = op(fa[e], fb[e]);
+    *reinterpret_cast<uint4*>(RowPtr<bf16>(out, r) + c) = PackBf16x8(fa);
   }
 }
 

@@ -9,7 +9,7 @@
 namespace xserv::kernels::cuda {
 
 // The activation scales' layout cuBLASLt's 1x128 block scaling (VEC128_32F) reads for the
-// GEMM's B operand: group g of row m at scales[g * ScaleRowStride(m_rows) + m], rows contiguous
+// GEMM's B operand: group g of row m at scales[g * Fp8ActScaleStride(m_rows) + m], rows contiguous
 // and padded to a multiple of 4.
 inline int64_t Fp8ActScaleStride(int64_t rows) { return (rows + 3) / 4 * 4; }
 

@@ -123,14 +123,14 @@ cublasStatus_t GemmRunner::Launch(const Plan& plan, const cublasLtMatmulAlgo_t& 
 }
 
 absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candidates(
-    const GemmCall& c, const Plan& plan, bool no_split_k, int max) {
+    const Plan& plan, const void* w, const void* x, const void* out, bool no_split_k, int max) {
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = kWorkspaceBytes;
   // Split-K with a reduction pass sums partial products across CTAs in an order that depends on
   // the grid; NONE keeps each element's k-loop inside one CTA.
   const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE;
-  cublasStatus_t st = SetWorkspaceAndAlignments(pref, workspace, c.w, c.x, c.out);
+  cublasStatus_t st = SetWorkspaceAndAlignments(pref, workspace, w, x, out);
   if (st == CUBLAS_STATUS_SUCCESS && no_split_k) {
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                               &reduction_mask, sizeof(reduction_mask));
@@ -148,11 +148,20 @@ absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candida
   return results;
 }
 
+bool GemmRunner::AlgoFits(const Plan& plan, cublasLtMatmulAlgo_t algo, cublasStatus_t* status) {
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.w_layout,
+                                                    plan.x_layout, plan.out_layout,
+                                                    plan.out_layout, &algo, &check);
+  if (status != nullptr) *status = st;
+  return st == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= kWorkspaceBytes;
+}
+
 absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, const Plan& plan,
                                                             bool no_split_k) {
   constexpr int kCandidates = 16;
   ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
-                   Candidates(c, plan, no_split_k, no_split_k ? kCandidates : 1));
+                   Candidates(plan, c.w, c.x, c.out, no_split_k, no_split_k ? kCandidates : 1));
   for (const cublasLtMatmulHeuristicResult_t& r : results) {
     if (!no_split_k) return r.algo;
     int32_t split_k = 1;
@@ -173,7 +182,7 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& 
                                                                 cudaStream_t stream) {
   constexpr int kCandidates = 8, kRuns = 3;
   ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
-                   Candidates(c, plan, /*no_split_k=*/false, kCandidates));
+                   Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kCandidates));
   if (results.empty()) return ChooseAlgo(c, plan, /*no_split_k=*/false);  // its error message
   cudaEvent_t start = nullptr, stop = nullptr;
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&start));
@@ -216,14 +225,7 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TunedAlgo(const GemmCall& c, co
   while (bucket < c.m) bucket *= 2;
   std::get<0>(bucket_key) = bucket;
   if (auto it = tuned_algos_.find(bucket_key); it != tuned_algos_.end()) {
-    cublasLtMatmulAlgo_t algo = it->second;
-    cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.w_layout, plan.x_layout,
-                                plan.out_layout, plan.out_layout, &algo,
-                                &check) == CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= kWorkspaceBytes) {
-      return algo;
-    }
+    if (AlgoFits(plan, it->second)) return it->second;
     return ChooseAlgo(c, plan, /*no_split_k=*/false);
   }
   // A capture records launches instead of running them: no timing there.
@@ -275,11 +277,8 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
       it = invariant_algos_.emplace(family, algo).first;
     }
     plan->algo = it->second;
-    cublasLtMatmulHeuristicResult_t check{};
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->w_layout, plan->x_layout,
-                                plan->out_layout, plan->out_layout, &plan->algo, &check);
-    if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kWorkspaceBytes) {
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!AlgoFits(*plan, plan->algo, &st)) {
       return absl::UnimplementedError(absl::StrCat(
           "Matmul (batch-invariant): the algorithm chosen for n=", c.n, " k=", c.k,
           " does not support m=", c.m, ": ", cublasLtGetStatusName(st)));
@@ -334,9 +333,15 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
 
 absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
   if (c.m == 0 || c.n == 0) return absl::OkStatus();
+  auto refused = [&] {
+    return absl::UnimplementedError(absl::StrCat("MatmulFp8: cuBLASLt has no FP8 block-scaled "
+                                                 "algorithm for m=", c.m, " n=", c.n, " k=",
+                                                 c.k));
+  };
   const auto key = std::make_tuple(c.m, c.n, c.k, c.ldo, Alignment(c.out));
   auto it = fp8_plans_.find(key);
-  if (it == fp8_plans_.end()) {
+  const bool fresh = it == fp8_plans_.end();
+  if (fresh) {
     auto plan = std::make_unique<Plan>();
     RETURN_IF_LT_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
@@ -360,40 +365,23 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
     RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->out_layout, CUDA_R_16BF,
                                                   static_cast<uint64_t>(c.n),
                                                   static_cast<uint64_t>(c.m), c.ldo));
-    // The scale pointers are part of what the heuristic checks: set this call's first.
-    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.w_scales, sizeof(c.w_scales)));
-    RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
-    cublasLtMatmulPreference_t pref = nullptr;
-    RETURN_IF_LT_ERROR(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t workspace = kWorkspaceBytes;
-    cublasStatus_t st = SetWorkspaceAndAlignments(pref, workspace, c.w, c.x, c.out);
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->w_layout, plan->x_layout,
-                                          plan->out_layout, plan->out_layout, pref, 1, &result,
-                                          &found);
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-      plan->algo = result.algo;
-    } else {
-      plan.reset();  // remembered as refused
-    }
     it = fp8_plans_.emplace(key, std::move(plan)).first;
   }
   Plan* plan = it->second.get();
-  if (plan == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("MatmulFp8: cuBLASLt has no FP8 block-scaled "
-                                                 "algorithm for m=", c.m, " n=", c.n, " k=",
-                                                 c.k));
-  }
+  if (plan == nullptr) return refused();
+  // This call's scale pointers; on a new plan before the heuristic, which checks them too.
   RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.w_scales, sizeof(c.w_scales)));
   RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
+  if (fresh) {
+    const auto candidates = Candidates(*plan, c.w, c.x, c.out, /*no_split_k=*/false, 1);
+    if (!candidates.ok() || candidates->empty()) {
+      it->second.reset();  // remembered as refused
+      return refused();
+    }
+    plan->algo = candidates->front().algo;
+  }
   if (const cublasStatus_t st = Launch(*plan, plan->algo, c.w, c.x, c.out, stream);
       st != CUBLAS_STATUS_SUCCESS) {
     // Refused at launch (nothing ran): the caller takes another path, now and for this shape.

@@ -113,11 +113,11 @@ class GemmRunner {
   // out = w x with `plan`'s layouts and `algo` (alpha 1, beta 0, the shared workspace).
   cublasStatus_t Launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* w,
                         const void* x, void* out, cudaStream_t stream);
-  // The heuristic's candidates (at most `max`), best guess first.
-  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Candidates(const GemmCall& call,
-                                                                          const Plan& plan,
-                                                                          bool no_split_k,
-                                                                          int max);
+  // The heuristic's candidates for `plan` on these buffers (at most `max`), best guess first.
+  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Candidates(
+      const Plan& plan, const void* w, const void* x, const void* out, bool no_split_k, int max);
+  // Whether `algo` (chosen for another m of the shape family) runs `plan` within the workspace.
+  bool AlgoFits(const Plan& plan, cublasLtMatmulAlgo_t algo, cublasStatus_t* status = nullptr);
   // autotune: the algorithm of `plan`'s shape family and m bucket, timed once.
   absl::StatusOr<cublasLtMatmulAlgo_t> TunedAlgo(const GemmCall& call, const Key& key,
                                                 bool epilogue_bias, const Plan& plan,

@@ -248,9 +248,9 @@ __device__ __forceinline__ float Fp4Float(uint32_t code) {
   return __uint_as_float(Fp4Bf16Bits(code) << 16);
 }
 
-// 2^(s - 127) (E8M0; s = 0 is the subnormal 2^-127, 255 infinity).
+// 2^(s - 127) as f32: ScaleBf16x2's high bf16 (exact in f32).
 __device__ __forceinline__ float E8m0Float(uint32_t s) {
-  return __uint_as_float(s == 0 ? 0x00400000u : s << 23);
+  return __uint_as_float(ScaleBf16x2(s) & 0xFFFF0000u);
 }
 
 // Sum over a group's 8 inputs of one 32-bit word of codes: w bytes hold inputs (2b, 2b + 1),
@@ -264,15 +264,6 @@ __device__ __forceinline__ float DotWord(const float2* lut, uint32_t w, const fl
     d = fmaf(f.y, x[2 * b + 1], d);
   }
   return d;
-}
-
-__device__ __forceinline__ void Bf16x8ToFloat(const uint4& v, float (&x)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = __uint_as_float(words[i] << 16);
-    x[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-  }
 }
 
 __global__ void __launch_bounds__(kGemvWarps * kWarpSize)
@@ -315,7 +306,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarpSize)
 #pragma unroll
       for (int v = 0; v < 4; ++v) {  // inputs 8v .. 8v + 7: word v of the group's codes
         float xf[8];
-        Bf16x8ToFloat(xv[v], xf);
+        UnpackBf16x8(xv[v], xf);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const uint32_t word = v == 0 ? wv[i][r].x : v == 1 ? wv[i][r].y
@@ -378,10 +369,11 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
 }
 
 cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
-  if (args.pairs == 0 || args.n == 0) return cudaSuccess;
-  if (args.k % 32 != 0 || args.n % 2 != 0 || args.pairs > 65535) return cudaErrorInvalidValue;
+  const int64_t pairs = args.a.rows * args.a_row_div;  // one A row per token or per pair
+  if (pairs == 0 || args.n == 0) return cudaSuccess;
+  if (args.k % 32 != 0 || args.n % 2 != 0 || pairs > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((args.n / 2 + kGemvWarps - 1) / kGemvWarps),
-                  static_cast<unsigned>(args.pairs));
+                  static_cast<unsigned>(pairs));
   MoeMxfp4GemvKernel<<<grid, kGemvWarps * kWarpSize, 0, stream>>>(args);
   return cudaGetLastError();
 }

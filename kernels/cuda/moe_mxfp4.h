@@ -60,11 +60,10 @@ struct MoeGemmArgs {
   float limit = 7.0f;
   float alpha = 1.702f;
   void* out = nullptr;
-  // LaunchMoeMxfp4Gemv only, instead of `routing` and `max_blocks`: pair p uses expert ids[p]
-  // (pairs outside [0, experts) are skipped; the combine poisons their tokens).
+  // LaunchMoeMxfp4Gemv only, instead of `routing` and `max_blocks`: pair p < a.rows * a_row_div
+  // uses expert ids[p] (pairs outside [0, experts) are skipped; the combine poisons their tokens).
   const int32_t* ids = nullptr;
   int experts = 0;
-  int pairs = 0;
 };
 // Shared memory the GEMM needs for inputs of k features (the block's A rows plus a decode table).
 int64_t MoeGemmSharedBytes(int64_t k);

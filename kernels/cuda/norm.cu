@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant_
     sum_sq += v * v;
   }
   sum_sq = CtaSum<kWarpsPerRow>(sum_sq, scratch);
-  const float inv = rsqrtf(sum_sq / static_cast<float>(cols) + a.eps);
+  const float inv = RmsInv(sum_sq, cols, a.eps);
   for (int64_t c = slot.lane_in_row; c < cols; c += kThreadsPerRow) {
     const float v = ToFloat(res != nullptr ? res[c] : x[c]);
     out[c] = FromFloat<bf16>(ToFloat(w[c]) * (v * inv));
@@ -94,24 +94,6 @@ __global__ void __launch_bounds__(kThreads) LayerNormKernel(const __grid_constan
 // round trips to memory.
 constexpr int kVecElems = 8;
 
-__device__ __forceinline__ void Unpack(const uint4& raw, float* out) {
-  const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pair[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ uint4 Pack(const float* in) {
-  uint4 raw;
-  __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
-  return raw;
-}
-
 template <int kVecs>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
   __shared__ float scratch[kThreads / kWarpSize];
@@ -129,34 +111,33 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   for (int i = 0; i < kVecs; ++i) {
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
-    Unpack(x[c], v[i]);
+    UnpackBf16x8(x[c], v[i]);
     if (res != nullptr) {
       float r[kVecElems];
-      Unpack(res[c], r);
+      UnpackBf16x8(res[c], r);
 #pragma unroll
       for (int e = 0; e < kVecElems; ++e) r[e] += v[i][e];
-      const uint4 stored = Pack(r);
+      const uint4 stored = PackBf16x8(r);
       res[c] = stored;
-      Unpack(stored, v[i]);  // normalise exactly what the residual stream now holds
+      UnpackBf16x8(stored, v[i]);  // normalise exactly what the residual stream now holds
     }
 #pragma unroll
     for (int e = 0; e < kVecElems; ++e) sum_sq += v[i][e] * v[i][e];
   }
   sum_sq = CtaSum<kThreads / kWarpSize>(sum_sq, scratch);
-  const float inv = rsqrtf(sum_sq / static_cast<float>(a.x.cols) + a.eps);
+  const float inv = RmsInv(sum_sq, a.x.cols, a.eps);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
     float wf[kVecElems];
-    Unpack(w[c], wf);
+    UnpackBf16x8(w[c], wf);
 #pragma unroll
     for (int e = 0; e < kVecElems; ++e) wf[e] *= v[i][e] * inv;
-    out[c] = Pack(wf);
+    out[c] = PackBf16x8(wf);
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Vectors per thread for the register-resident kernel, or 0 when the row does not qualify.
 int VecsPerThread(const NormArgs& a) {

@@ -146,8 +146,9 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
 absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
   constexpr const char* kOp = "MatmulFp8";
   const int64_t m = call.m, n = call.n, k = call.k;
-  // cuBLASLt reads the activation scales with the rows padded to 4: so is the GEMM's m, with
-  // zero rows (and zero scales) after the real ones and their outputs in scratch.
+  // cuBLASLt reads the activation scales with the rows padded to 4: so is the GEMM's m. The pad
+  // rows hold whatever the scratch held; each output row depends on its own row only, and the
+  // pad rows' outputs land in scratch, so nothing clears them.
   const int64_t m_pad = Fp8ActScaleStride(m);
   const int64_t scale_floats = (k / 128) * m_pad;
   RETURN_IF_ERROR(Reserve(fp8_act_, static_cast<size_t>(m_pad * k)));
@@ -168,12 +169,6 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
   if (gemm_->Fp8Refused(gemm)) {
     return absl::UnimplementedError(absl::StrCat("MatmulFp8: W8A8 refused for m=", m_pad,
                                                  " n=", n, " k=", k));
-  }
-  if (m_pad != m) {
-    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(codes + m * k, 0, static_cast<size_t>((m_pad - m) * k),
-                                         stream_));
-    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(scales, 0, static_cast<size_t>(scale_floats) *
-                                                        sizeof(float), stream_));
   }
   RETURN_IF_ERROR(Launched(kOp, LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales,
                                                       stream_)));

@@ -226,8 +226,7 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                               .alpha = glu.alpha,
                               .out = moe_act_.view().data,
                               .ids = chunk_ids,
-                              .experts = static_cast<int>(num_experts),
-                              .pairs = static_cast<int>(pairs)};
+                              .experts = static_cast<int>(num_experts)};
     RETURN_IF_ERROR(Launched(kOp, gemv ? LaunchMoeMxfp4Gemv(gate_up, stream_)
                                        : LaunchMoeMxfp4Gemm(gate_up, stream_)));
     const MoeGemmArgs down{.a = RowsView{.data = moe_act_.view().data,
@@ -244,8 +243,7 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                            .max_blocks = blocks,
                            .out = moe_out_.view().data,
                            .ids = chunk_ids,
-                           .experts = static_cast<int>(num_experts),
-                           .pairs = static_cast<int>(pairs)};
+                           .experts = static_cast<int>(num_experts)};
     RETURN_IF_ERROR(Launched(kOp, gemv ? LaunchMoeMxfp4Gemv(down, stream_)
                                        : LaunchMoeMxfp4Gemm(down, stream_)));
     RETURN_IF_ERROR(Launched(

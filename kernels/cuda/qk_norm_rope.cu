@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) sum_sq += v[j] * v[j];
       sum_sq = WarpSum(sum_sq);
-      const float inv = rsqrtf(sum_sq / static_cast<float>(kDim) + a.eps);
+      const float inv = RmsInv(sum_sq, kDim, a.eps);
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         v[j] = ToFloat(FromFloat<bf16>(ToFloat(w[lane + kWarpSize * j]) * (v[j] * inv)));
@@ -64,10 +64,9 @@ __global__ void __launch_bounds__(kThreads)
           continue;
         }
         const int i = lane + kWarpSize * j;
-        const float x1 = v[j], x2 = v[j + kHalfLanes];
-        const float c = cs[i], s = cs[kDim / 2 + i];
-        v[j] = ToFloat(FromFloat<bf16>(x1 * c - x2 * s));
-        v[j + kHalfLanes] = ToFloat(FromFloat<bf16>(x2 * c + x1 * s));
+        const float2 r = RotatePair(v[j], v[j + kHalfLanes], cs[i], cs[kDim / 2 + i]);
+        v[j] = ToFloat(FromFloat<bf16>(r.x));
+        v[j + kHalfLanes] = ToFloat(FromFloat<bf16>(r.y));
       }
     }
     bf16* kc = !is_q && cached

@@ -27,10 +27,9 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(const __grid_constant__ R
       v[i] = v[i + half] = QuietNaN<bf16>();
       continue;
     }
-    const float x1 = ToFloat(v[i]), x2 = ToFloat(v[i + half]);
-    const float c = cs[i], s = cs[half + i];
-    v[i] = FromFloat<bf16>(x1 * c - x2 * s);
-    v[i + half] = FromFloat<bf16>(x2 * c + x1 * s);
+    const float2 r = RotatePair(ToFloat(v[i]), ToFloat(v[i + half]), cs[i], cs[half + i]);
+    v[i] = FromFloat<bf16>(r.x);
+    v[i + half] = FromFloat<bf16>(r.y);
   }
 }
 

@@ -41,9 +41,19 @@ __device__ __forceinline__ void Better(float& best, int64_t& best_i, float v, in
   if (best_i < 0 || v > best || (v == best && i < best_i)) best = v, best_i = i;
 }
 
+// The warp's best (value, index) by Better, on every lane (index -1: no lane saw one).
+__device__ __forceinline__ void WarpArgMax(float& best, int64_t& best_i) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, best, offset);
+    const int64_t i = __shfl_xor_sync(kFullMask, best_i, offset);
+    if (i >= 0) Better(best, best_i, v, i);
+  }
+}
+
 // One CTA per (row, chunk of kArgMaxChunk columns) -- a single vocab-sized row over one SM
 // would take ~100 us -- writing its chunk's (value, index), or the row's id when the row is one
-// chunk; ArgMaxMergeKernel then reduces a row's chunks in index order.
+// chunk; ArgMaxMergeKernel then reduces a row's chunks.
 __global__ void __launch_bounds__(kThreads)
     ArgMaxKernel(const RowsView x, int32_t* ids, ArgMaxPartial* partials) {
   __shared__ float s_best[kWarps];
@@ -58,12 +68,7 @@ __global__ void __launch_bounds__(kThreads)
     const float v = in[c];
     if (!isnan(v)) Better(best, best_i, v, c);
   }
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(kFullMask, best, offset);
-    const int64_t i = __shfl_xor_sync(kFullMask, best_i, offset);
-    if (i >= 0) Better(best, best_i, v, i);
-  }
+  WarpArgMax(best, best_i);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (lane == 0) s_best[warp] = best, s_index[warp] = best_i;
   __syncthreads();
@@ -92,12 +97,7 @@ __global__ void __launch_bounds__(kThreads)
     const ArgMaxPartial p = partials[r * chunks + c];
     if (p.index >= 0) Better(best, best_i, p.value, p.index);
   }
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(kFullMask, best, offset);
-    const int64_t i = __shfl_xor_sync(kFullMask, best_i, offset);
-    if (i >= 0) Better(best, best_i, v, i);
-  }
+  WarpArgMax(best, best_i);
   if (lane == 0) ids[r] = static_cast<int32_t>(best_i < 0 ? 0 : best_i);
 }
 

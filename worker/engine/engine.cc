@@ -78,13 +78,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                    clock));
   // Logits rows: one per sampled sequence normally; prompt logprobs need a row per prompt
   // position of their chunk, and grow the buffer then (rare; see RunStep).
-  const int64_t logits_rows =
-      std::min(config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs);
+  const int64_t logits_rows = config.scheduler.MaxLogitsRows();
   ASSIGN_OR_RETURN(engine->logits_,
                    backend.Allocate(kernels::DType::kF32,
                                     {logits_rows, engine->model_->config().vocab_size}));
-  engine->graphs_ = MakeDecodeGraphs(config, backend, *engine->model_, *engine->kv_,
-                                     engine->builder_, logits_rows);
+  engine->graphs_ =
+      MakeDecodeGraphs(config, backend, *engine->model_, *engine->kv_, engine->builder_);
   engine->runner_.set_graphs(engine->graphs_.get());
   return engine;
 }
@@ -92,8 +91,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
 std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config,
                                                       kernels::Backend& backend,
                                                       model::Model& model, model::KvCache& kv,
-                                                      model::BatchBuilder& builder,
-                                                      int64_t logits_rows) {
+                                                      model::BatchBuilder& builder) {
   // Tensor-parallel ranks capture too (their all-reduces are NCCL calls on the captured stream),
   // and so do pipeline stages with a device hand-off (NCCL send/recv captured likewise): every
   // rank runs the same plans, so each pads, captures and replays the same steps.
@@ -106,7 +104,8 @@ std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config
     }
   }
   if (model.tp_size() > 1 && !config.graphs_with_collectives) return nullptr;
-  return std::make_unique<model::DecodeGraphs>(backend, model, kv, builder, logits_rows,
+  return std::make_unique<model::DecodeGraphs>(backend, model, kv, builder,
+                                               config.scheduler.MaxLogitsRows(),
                                                static_cast<int>(config.scheduler.max_model_len));
 }
 

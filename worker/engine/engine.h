@@ -83,14 +83,13 @@ struct EngineLoad {
 
 // The decode graphs of a rank (leader or peer) when `config.graphs` and the model is a single
 // stage, or a pipeline stage with graphs_with_pipeline and a device hand-off; null otherwise.
-// Every rank of a replica must make the same decision with the same limits (`logits_rows`: the
-// largest decode step, the same on every stage), so that they pad, capture and replay the same
-// steps.
+// Every rank of a replica must make the same decision with the same limits (the largest decode
+// step, SchedulerConfig::MaxLogitsRows, the same on every stage), so that they pad, capture and
+// replay the same steps.
 std::unique_ptr<model::DecodeGraphs> MakeDecodeGraphs(const EngineConfig& config,
                                                       kernels::Backend& backend,
                                                       model::Model& model, model::KvCache& kv,
-                                                      model::BatchBuilder& builder,
-                                                      int64_t logits_rows);
+                                                      model::BatchBuilder& builder);
 
 class Engine {
  public:

@@ -119,7 +119,7 @@ StepPlan Scheduler::Step() {
     }
   }
   // 4. Waiting requests (new, or preempted by recompute), head of line first.
-  if (!preempted && swapped_.empty() && AdmitsThisStep(budget)) {
+  if (!preempted && swapped_.empty() && AdmitsThisStep(budget, plan)) {
     for (RequestId id : Snapshot(waiting_)) {
       if (full() || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
       Request* r = Find(id);
@@ -142,9 +142,15 @@ StepPlan Scheduler::Step() {
   return plan;
 }
 
-bool Scheduler::AdmitsThisStep(int32_t budget) const {
+bool Scheduler::AdmitsThisStep(int32_t budget, const StepPlan& plan) const {
   if (config_.max_waiting_steps == 0 || running_.empty() || waiting_.empty()) return true;
   if (num_steps_ - last_admission_step_ >= static_cast<uint64_t>(config_.max_waiting_steps)) {
+    return true;
+  }
+  // A step that already feeds a prefill chunk replays no decode graph: holding back gains
+  // nothing there.
+  if (std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                  [](const ScheduledSequence& s) { return s.token_ids.size() > 1; })) {
     return true;
   }
   int64_t waiting_tokens = 0;  // what admitting now would feed, up to the step's budget

@@ -116,8 +116,9 @@ class Scheduler {
   int32_t ScheduleRunning(Request* r, int32_t budget, StepPlan& plan);
   int32_t ScheduleSwapIn(Request* r, int32_t budget, StepPlan& plan);
   int32_t ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan);
-  // Whether this step may admit waiting requests (SchedulerConfig::max_waiting_steps).
-  bool AdmitsThisStep(int32_t budget) const;
+  // Whether this step (planned so far: `plan`) may admit waiting requests
+  // (SchedulerConfig::max_waiting_steps).
+  bool AdmitsThisStep(int32_t budget, const StepPlan& plan) const;
   // The worst running request in no outstanding plan (this one included).
   Request* PickVictim() const;
   void Preempt(Request* r, StepPlan& plan);

@@ -4,6 +4,7 @@
 // before use. Any thread may read a config; only the engine-loop thread uses the scheduler.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <variant>
 
@@ -48,8 +49,8 @@ struct SchedulerConfig {
   PreemptionMode preemption_mode = PreemptionMode::kSwap;
   // Admission batching (TGI's max_waiting_tokens; 0 = off, every step admits, as vLLM does):
   // while requests run, new ones wait until this many steps have passed since the last
-  // admission or until the waiting prompts would fill the step's token budget, then start
-  // together. Each step that carries prefill chunks is a mixed step that cannot replay a decode
+  // admission, until the waiting prompts would fill the step's token budget, or until a step
+  // carries a prefill chunk anyway, then start together. Each step that carries prefill chunks is a mixed step that cannot replay a decode
   // graph, so batching admissions trades a few steps of TTFT for graphed decode steps.
   int32_t max_waiting_steps = 0;
   // New requests are admitted only while this fraction of the device pool stays free, so
@@ -62,6 +63,11 @@ struct SchedulerConfig {
   int32_t max_in_flight_steps = 1;
 
   absl::Status Validate() const;
+
+  // Logits rows of a step (one per sampled sequence; at most one per batched token): the size
+  // of the engine's logits buffer and the largest decode step the graphs capture, the same on
+  // every rank of a replica.
+  int64_t MaxLogitsRows() const { return std::min(max_num_batched_tokens, max_num_seqs); }
 };
 
 }  // namespace xserv::engine

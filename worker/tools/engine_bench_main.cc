@@ -65,7 +65,6 @@ struct BenchConfig {
   int64_t block_size = 16;
   uint64_t seed = 0;
   bool profile_ops = false;
-  bool gemv = false;
   bool cuda_graphs = true;
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
@@ -340,7 +339,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"block_size", cfg.block_size},
         {"repeats", cfg.repeats},
         {"profile_ops", cfg.profile_ops},
-        {"gemv", cfg.gemv},
+        {"gemv", cfg.kernels.gemv},
         {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
         {"fp8_matmuls", cfg.fp8_matmuls},
         {"flash_prefill", cfg.kernels.flash_prefill},
@@ -367,17 +366,11 @@ absl::Status Run(const BenchConfig& cfg) {
         xserv::kernels::cpu::CpuBackendOptions{.num_threads = cfg.threads});
 #if XSERV_HAVE_CUDA
   } else if (cfg.backend == "cuda") {
-    ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create(
-        {.device = 0,
-         .batch_invariant = cfg.batch_invariant,
-         .invariant_reference_rows = cfg.invariant_reference_rows,
-         .gemv = cfg.gemv,
-         .gemm_autotune = cfg.kernels.gemm_autotune,
-         .flash_prefill = cfg.kernels.flash_prefill,
-         .decode_attention = cfg.kernels.decode_attention,
-         .fuse_qk_norm_rope = cfg.kernels.fuse_qk_norm_rope,
-         .fp8_w8a8 = cfg.kernels.fp8_w8a8,
-         .profile_ops = cfg.profile_ops}));
+    xserv::kernels::cuda::CudaBackendOptions options =
+        xserv::worker::CudaOptionsOf(cfg.kernels, cfg.batch_invariant);
+    options.invariant_reference_rows = cfg.invariant_reference_rows;
+    options.profile_ops = cfg.profile_ops;
+    ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create(options));
     cuda_backend = cuda.get();
     owned = std::move(cuda);
 #endif
@@ -480,8 +473,6 @@ int main(int argc, char** argv) {
   app.add_option("--fp8-matmuls", cfg.fp8_matmuls, "keep FP8 weights FP8 (W8A16 MatmulFp8)")
       ->capture_default_str();
   xserv::worker::AddKernelChoiceFlags(app, cfg.kernels);
-  app.add_option("--gemv", cfg.gemv, "cuda: skinny GEMV kernel for decode-sized matmuls")
-      ->capture_default_str();
   app.add_option("--cuda-graphs", cfg.cuda_graphs,
                  "cuda: decode steps as CUDA graph replays (off with --profile-ops)")
       ->capture_default_str();
