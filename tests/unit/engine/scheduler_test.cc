@@ -170,6 +170,25 @@ TEST(Scheduler, MaxWaitingStepsBatchesAdmissions) {
   EXPECT_FALSE(c.Validate().ok());
 }
 
+// A step that carries a prefill chunk replays no graph anyway: waiting requests join it at once.
+TEST(Scheduler, MaxWaitingStepsAdmitsIntoAStepThatPrefillsAnyway) {
+  ManualClock clock;
+  SchedulerConfig c = RoomyConfig();  // 64-token budget
+  c.max_waiting_steps = 10;
+  auto s = MakeScheduler(c, &clock);
+  Driver driver(*s, kVocab);
+  ASSERT_TRUE(s->AddRequest(Spec(1, Prompt(100, 1), 4)).ok());
+  StepPlan plan = driver.Step();  // step 1: the first 64 prompt tokens
+  ASSERT_NE(FindSeq(plan, 1), nullptr);
+  ASSERT_TRUE(s->AddRequest(Spec(2, Prompt(5, 2), 4)).ok());
+  plan = driver.Step();  // step 2: request 1's last 36 prompt tokens, and request 2 joins
+  ASSERT_NE(FindSeq(plan, 1), nullptr);
+  EXPECT_EQ(FindSeq(plan, 1)->token_ids.size(), 36u);
+  ASSERT_NE(FindSeq(plan, 2), nullptr);
+  EXPECT_TRUE(FindSeq(plan, 2)->is_new);
+  driver.RunToCompletion();
+}
+
 TEST(Scheduler, WithoutChunkingPromptsAreScheduledWhole) {
   ManualClock clock;
   SchedulerConfig c = RoomyConfig();
