@@ -18,6 +18,7 @@ struct KernelChoices {
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = false;               // own skinny GEMV for decode-sized bf16 matmuls
+  bool pdl = false;                // GEMVs overlap the previous kernel's tail
 };
 
 inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
@@ -47,6 +48,10 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "cuda: own skinny GEMV kernel for bf16 matmuls of <= 8 rows instead of cuBLASLt "
                  "(small weights take it anyway)")
       ->capture_default_str();
+  app.add_option("--pdl", k.pdl,
+                 "cuda: GEMV launches overlap the previous kernel (programmatic dependent launch): "
+                 "their first weight loads go out before its results are needed")
+      ->capture_default_str();
 }
 
 #if XSERV_HAVE_CUDA
@@ -56,6 +61,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
   return {.device = 0,
           .batch_invariant = batch_invariant,
           .gemv = k.gemv,
+          .pdl = k.pdl,
           .gemm_autotune = k.gemm_autotune,
           .flash_prefill = k.flash_prefill,
           .decode_attention = k.decode_attention,

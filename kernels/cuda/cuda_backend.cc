@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                       {.batch_invariant = options.batch_invariant,
                                        .invariant_reference_rows = options.invariant_reference_rows,
                                        .gemv = options.gemv,
+                                       .pdl = options.pdl,
                                        .autotune = options.gemm_autotune}));
   if (options.profile_ops) backend->profiler_ = std::make_unique<OpProfiler>();
   return backend;

@@ -39,6 +39,7 @@ struct CudaBackendOptions {
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
   bool gemv = false;                       // see GemmOptions
+  bool pdl = false;                        // GemmOptions::pdl
   bool gemm_autotune = false;              // GemmOptions::autotune
   // Prefill attention on tensor cores (flash_attention.cu) for sequences with >= 16 new rows,
   // head_dim 64 or 128; not in the batch-invariant mode (its rounding differs from the decode

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -139,6 +140,7 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
   using L = Layout<kDim>;
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
@@ -296,6 +298,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
   constexpr int kRecord = Layout<kDim>::kRecord;
   const int s = blockIdx.x, kvh = blockIdx.y;
   const int q_len = a.query_start[s + 1] - a.query_start[s];

@@ -4,6 +4,7 @@
 // 16-byte vectorised variant with the same arithmetic; the launch functions are the only entry
 // points, so they can change without touching callers.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/elementwise.h"
 
 namespace xserv::kernels::cuda {
@@ -31,6 +32,7 @@ struct SiluMulOp {
 template <typename Op>
 __global__ void __launch_bounds__(kThreads)
     BinaryRowsKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
   const int64_t n = a.rows * a.cols;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
@@ -51,6 +53,7 @@ bool VecRows(const RowsView& v) { return Aligned16(v.data) && v.stride % kVec ==
 template <typename Op>
 __global__ void __launch_bounds__(kThreads)
     BinaryRowsVecKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
   const int64_t vecs_per_row = a.cols / kVec;
   const int64_t n = a.rows * vecs_per_row;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;

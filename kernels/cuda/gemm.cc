@@ -307,7 +307,8 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
                         .bias_type = c.bias_type,
                         .m = static_cast<int>(c.m),
                         .n = static_cast<int>(c.n),
-                        .k = static_cast<int>(c.k)};
+                        .k = static_cast<int>(c.k),
+                        .pdl = options_.pdl};
     if (c.n <= INT32_MAX && c.k <= INT32_MAX && GemvSupports(gemv)) {
       RETURN_IF_CUDA_ERROR(LaunchGemv(gemv, stream));
       return absl::OkStatus();

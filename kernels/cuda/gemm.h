@@ -70,6 +70,9 @@ struct GemmOptions {
   // (docs/benchmarks/README.md), so it waits for the next kernel pass. Weights of at most
   // kGemvSmallWeightBytes take it regardless (GemmRunner::Run says why).
   bool gemv = false;
+  // GEMV launches use programmatic dependent launch (pdl.cuh): their first weight loads overlap
+  // the previous kernel's tail.
+  bool pdl = false;
   // Time the heuristic's top candidates on the call's own buffers the first time a shape family
   // (n, k, layout; m by power-of-two bucket) is seen outside a graph capture, and keep the
   // fastest (cuBLASLt's first pick is a model, not a measurement). Never in batch-invariant

@@ -2,12 +2,16 @@
 // keep many 16-byte weight loads in flight and to read each weight byte exactly once.
 //
 // Tile: a 256-thread CTA stages x [m, k] in shared memory (bf16), then each of its 8 warps takes
-// groups of kCols output columns (1, 2 or 4: as many as leave every SM 16 warps) in a grid-stride
-// loop; for a group the warp streams those rows of w, lane i reading 16-byte chunks i, i + 32, ...
-// (8 bf16 each, or 16 FP8 E4M3 codes whose block scale multiplies each load's partial sum), and
-// keeps one fp32 partial per (column, x row). The partials are summed by a butterfly, so each output is reduced in a fixed
-// order that depends only on k: the result for a row does not depend on m (no atomics, no
-// split-k).
+// groups of kCols output columns in a grid-stride loop over a grid that is resident at once. For
+// a group the warp streams those rows of w, lane i reading 16-byte chunks i, i + 32, ... (8 bf16
+// each, or 16 FP8 E4M3 codes whose block scale multiplies each load's partial sum), kUnroll
+// chunks of every column per batch of loads, so each lane has kCols * kUnroll loads in flight.
+// It keeps one fp32 partial per (column, x row); the partials are summed by a butterfly, so each
+// output is reduced in a fixed order that depends only on k: the result for a row depends neither
+// on m nor on the tile (kCols, kUnroll) (no atomics, no split-k).
+//
+// PDL (GemvArgs::pdl, pdl.cuh): the weights are constants, so a warp issues its first batch of
+// weight loads before waiting for the kernel that produced x.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -15,6 +19,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -28,89 +33,101 @@ __device__ __forceinline__ float Load(const void* p, ElemType type, int64_t i) {
                                 : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 
+// The 8 (bf16) or 16 (FP8 E4M3) weights of one 16-byte load as floats.
+template <bool kFp8>
+__device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
+  if constexpr (kFp8) {
+    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  } else {
+    UnpackBf16x8(raw, out);
+  }
+}
+
 // kFp8: the weights are E4M3 codes with block scales (16 per 16-byte load); each load's partial
 // dot product is scaled by its block's scale in fp32 before it joins the sum.
-template <int kRows, int kCols, bool kFp8>
+template <int kRows, int kCols, int kUnroll, bool kFp8>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
   extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16
+  constexpr int kPerLoad = kFp8 ? 16 : kChunk;  // weights per 16-byte load
+  const int chunks = a.k / kPerLoad;
+  const int lane = threadIdx.x % kWarpSize;
+  const int group_stride = gridDim.x * kWarps * kCols;
+  const int first_n0 = (blockIdx.x * kWarps + threadIdx.x / kWarpSize) * kCols;
+  const int64_t row_bytes = a.ldw * (kFp8 ? 1 : 2);
+
+  uint4 wv[kUnroll][kCols];
+  // Chunks c0, c0 + 32, ... (kUnroll of them) of columns n0 .. n0 + kCols - 1; columns past n
+  // re-read the last row (in bounds; their sums are never stored), chunks past k read nothing.
+  const auto load_batch = [&](int n0, int c0) {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const uint4* w = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.w) +
+                                                      min(n0 + j, a.n - 1) * row_bytes);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * kWarpSize;
+        wv[u][j] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);  // read once: not L2
+      }
+    }
+  };
+  if (first_n0 < a.n) load_batch(first_n0, lane);
+  PdlWait();  // x (and out) belong to the stream's earlier kernels
+
   const int x_chunks = a.k / kChunk;
   for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {
     const int r = i / x_chunks, c = i % x_chunks;
     s_x[i] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
   }
   __syncthreads();
-  constexpr int kPerLoad = kFp8 ? 16 : kChunk;  // weights per 16-byte load
-  const int chunks = a.k / kPerLoad;
-  const int lane = threadIdx.x % kWarpSize;
-  const int total_warps = gridDim.x * kWarps;
-  for (int n0 = (blockIdx.x * kWarps + threadIdx.x / kWarpSize) * kCols; n0 < a.n;
-       n0 += total_warps * kCols) {
-    const uint4* w[kCols];
+
+  bool batch_loaded = true;
+  for (int n0 = first_n0; n0 < a.n; n0 += group_stride) {
     const float* scale_row[kCols];
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      // Columns past n re-read the last row (in bounds); their sums are never stored.
-      const int n = min(n0 + j, a.n - 1);
-      w[j] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.w) +
-                                            static_cast<int64_t>(n) * a.ldw * (kFp8 ? 1 : 2));
-      if constexpr (kFp8) scale_row[j] = a.scales + (n / a.block) * a.scale_cols;
-    }
-    float acc[kCols][kRows] = {};
-#pragma unroll 2
-    for (int c = lane; c < chunks; c += kWarpSize) {
-      uint4 wv[kCols];
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) wv[j] = __ldcs(w[j] + c);  // read once: keep out of L2
-      float wf[kCols][kPerLoad];
+    if constexpr (kFp8) {
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
+        scale_row[j] = a.scales + (min(n0 + j, a.n - 1) / a.block) * a.scale_cols;
+      }
+    }
+    float acc[kCols][kRows] = {};
+    for (int c0 = lane; c0 < chunks; c0 += kWarpSize * kUnroll) {
+      if (!batch_loaded) load_batch(n0, c0);
+      batch_loaded = false;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * kWarpSize;
+        if (c >= chunks) break;
+        float scale[kCols];
         if constexpr (kFp8) {
-          const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&wv[j]);
 #pragma unroll
-          for (int i = 0; i < kPerLoad / 2; ++i) {
-            const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
-            wf[j][2 * i] = f.x;
-            wf[j][2 * i + 1] = f.y;
-          }
-        } else {
-          const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv[j]);
-#pragma unroll
-          for (int i = 0; i < kPerLoad / 2; ++i) {
-            const float2 f = __bfloat1622float2(wp[i]);
-            wf[j][2 * i] = f.x;
-            wf[j][2 * i + 1] = f.y;
-          }
-        }
-      }
-      float scale[kCols];
-      if constexpr (kFp8) {
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) scale[j] = __ldg(scale_row[j] + c * kPerLoad / a.block);
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float xf[kPerLoad];
-#pragma unroll
-        for (int h = 0; h < kPerLoad / kChunk; ++h) {
-          const uint4 xv = s_x[r * x_chunks + c * (kPerLoad / kChunk) + h];
-          const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float2 f = __bfloat1622float2(xp[i]);
-            xf[h * kChunk + 2 * i] = f.x;
-            xf[h * kChunk + 2 * i + 1] = f.y;
-          }
+          for (int j = 0; j < kCols; ++j) scale[j] = __ldg(scale_row[j] + c * kPerLoad / a.block);
         }
 #pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          if constexpr (kFp8) {
-            float part = 0.0f;
+        for (int r = 0; r < kRows; ++r) {
+          float xf[kPerLoad];
 #pragma unroll
-            for (int i = 0; i < kPerLoad; ++i) part = fmaf(wf[j][i], xf[i], part);
-            acc[j][r] = fmaf(part, scale[j], acc[j][r]);
-          } else {
+          for (int h = 0; h < kPerLoad / kChunk; ++h) {
+            UnpackBf16x8(s_x[r * x_chunks + c * (kPerLoad / kChunk) + h], xf + h * kChunk);
+          }
 #pragma unroll
-            for (int i = 0; i < kPerLoad; ++i) acc[j][r] = fmaf(wf[j][i], xf[i], acc[j][r]);
+          for (int j = 0; j < kCols; ++j) {
+            float wf[kPerLoad];
+            UnpackWeights<kFp8>(wv[u][j], wf);
+            if constexpr (kFp8) {
+              float part = 0.0f;
+#pragma unroll
+              for (int i = 0; i < kPerLoad; ++i) part = fmaf(wf[i], xf[i], part);
+              acc[j][r] = fmaf(part, scale[j], acc[j][r]);
+            } else {
+#pragma unroll
+              for (int i = 0; i < kPerLoad; ++i) acc[j][r] = fmaf(wf[i], xf[i], acc[j][r]);
+            }
           }
         }
       }
@@ -126,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       const int n = n0 + j;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        if (lane != j * kRows + r % kWarpSize || n >= a.n) continue;
+        if (lane != (j * kRows + r) % kWarpSize || n >= a.n) continue;
         float v = acc[j][r];
         if (a.bias != nullptr) v += Load(a.bias, a.bias_type, n);
         const int64_t o = static_cast<int64_t>(r) * a.ldo + n;
@@ -140,23 +157,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
   }
 }
 
-template <int kRows, int kCols, bool kFp8>
-cudaError_t LaunchWith(const GemvArgs& a, int sms, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
-  if (const cudaError_t err =
-          AllowDynamicSharedMemory<GemvKernel<kRows, kCols, kFp8>>(kGemvMaxSharedBytes);
-      err != cudaSuccess) {
-    return err;
-  }
-  // Enough warps to cover every column group once, capped at a few CTAs per SM (each stages x).
-  const int64_t needed = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(needed, 4LL * sms));
-  GemvKernel<kRows, kCols, kFp8><<<grid, kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
-}
-
-template <int kRows, bool kFp8>
-cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+int SmCount() {
   static const int sms = [] {  // one device per process
     int device = 0, count = 132;
     if (cudaGetDevice(&device) == cudaSuccess) {
@@ -164,13 +165,56 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
     }
     return count;
   }();
-  // More columns per warp read x from shared memory fewer times per weight byte, but leave fewer
-  // warps to hide latency: take the most that still gives every SM 16 warps. Each output's
-  // reduction order is the same whatever the choice.
-  const int64_t warps_wanted = 16LL * sms;
-  if (a.n >= 4 * warps_wanted) return LaunchWith<kRows, 4, kFp8>(a, sms, stream);
-  if (a.n >= 2 * warps_wanted) return LaunchWith<kRows, 2, kFp8>(a, sms, stream);
-  return LaunchWith<kRows, 1, kFp8>(a, sms, stream);
+  return sms;
+}
+
+template <int kRows, int kCols, int kUnroll, bool kFp8>
+cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
+  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8>;
+  const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
+  if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kGemvMaxSharedBytes);
+      err != cudaSuccess) {
+    return err;
+  }
+  // Every CTA resident at once (the grid-stride loop takes the rest), each warp with at least
+  // one column group. The occupancy depends on smem (x's size), so it is asked per call; the
+  // answer is a host-side calculation.
+  int per_sm = 0;
+  if (const cudaError_t err =
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+      err != cudaSuccess) {
+    return err;
+  }
+  const int64_t needed = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * SmCount();
+  const unsigned grid = static_cast<unsigned>(std::min(needed, resident));
+  return LaunchMaybePdl(kernel, dim3(grid), dim3(kThreads), smem, stream, a.pdl, a);
+}
+
+// The tiles a launch may take: kCols columns per warp, kUnroll loads of each in flight.
+template <int kRows, bool kFp8>
+cudaError_t LaunchTile(const GemvArgs& a, int cols, int unroll, cudaStream_t stream) {
+  if (cols == 1 && unroll == 4) return LaunchWith<kRows, 1, 4, kFp8>(a, stream);
+  if (cols == 1 && unroll == 8) return LaunchWith<kRows, 1, 8, kFp8>(a, stream);
+  if (cols == 1 && unroll == 16) return LaunchWith<kRows, 1, 16, kFp8>(a, stream);
+  if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8>(a, stream);
+  if (cols == 2 && unroll == 8) return LaunchWith<kRows, 2, 8, kFp8>(a, stream);
+  if (cols == 4 && unroll == 2) return LaunchWith<kRows, 4, 2, kFp8>(a, stream);
+  if (cols == 4 && unroll == 4) return LaunchWith<kRows, 4, 4, kFp8>(a, stream);
+  return cudaErrorInvalidValue;
+}
+
+template <int kRows, bool kFp8>
+cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+  int cols = a.tile_cols, unroll = a.tile_unroll;
+  if (cols == 0) {
+    // More columns per warp read x from shared memory fewer times per weight byte, but leave
+    // fewer warps to hide latency: take the most that still gives every SM 16 warps.
+    const int64_t warps_wanted = 16LL * SmCount();
+    cols = a.n >= 4 * warps_wanted ? 4 : a.n >= 2 * warps_wanted ? 2 : 1;
+  }
+  if (unroll == 0) unroll = std::max(2, 8 / cols);
+  return LaunchTile<kRows, kFp8>(a, cols, unroll, stream);
 }
 
 template <bool kFp8>

@@ -34,6 +34,13 @@ struct GemvArgs {
   const float* scales = nullptr;
   int64_t scale_cols = 0;
   int block = 0;
+  // Launch with programmatic dependent launch (pdl.cuh): the first weight loads overlap the
+  // previous kernel.
+  bool pdl = false;
+  // The tile, for benchmarks (0: chosen by n): columns per warp (1, 2 or 4) and loads of each
+  // in flight per lane (1 column: 4, 8, 16; 2: 4, 8; 4: 2, 4). Results do not depend on it.
+  int tile_cols = 0;
+  int tile_unroll = 0;
 };
 
 // m in [1, kGemvMaxRows], k a multiple of 8 (16 and a block a multiple of 16 for FP8 weights),

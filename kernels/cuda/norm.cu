@@ -7,6 +7,7 @@
 // passes, which is what makes out aliasing x or residual safe: a thread only rewrites elements it
 // has already read itself. Statistics are fp32 sums combined in a fixed order (deterministic).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/norm.h"
 
 namespace xserv::kernels::cuda {
@@ -31,6 +32,7 @@ __device__ __forceinline__ RowSlot SlotOf() {
 
 template <int kWarpsPerRow>
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant__ NormArgs a) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
   constexpr int kThreadsPerRow = kWarpsPerRow * kWarpSize;
   __shared__ float scratch[kThreads / kWarpSize];
   const RowSlot slot = SlotOf<kWarpsPerRow>();
@@ -96,6 +98,7 @@ constexpr int kVecElems = 8;
 
 template <int kVecs>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);

@@ -114,7 +114,8 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .k = static_cast<int>(k),
                         .scales = w.scales.as<float>(),
                         .scale_cols = w.scales.dim(1),
-                        .block = static_cast<int>(w.block)};
+                        .block = static_cast<int>(w.block),
+                        .pdl = options_.pdl};
     if (GemvSupports(gemv)) {
       return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), n, k, static_cast<double>(n * k));
     }
