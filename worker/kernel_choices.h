@@ -17,7 +17,7 @@ struct KernelChoices {
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
-  bool gemv = false;               // own skinny GEMV for decode-sized bf16 matmuls
+  bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
   bool pdl = false;                // GEMVs overlap the previous kernel's tail
 };
 
@@ -45,8 +45,8 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
       ->capture_default_str();
   app.add_option("--gemv", k.gemv,
-                 "cuda: own skinny GEMV kernel for bf16 matmuls of <= 8 rows instead of cuBLASLt "
-                 "(small weights take it anyway)")
+                 "cuda: own skinny GEMV kernel for single-row bf16 matmuls (batch-1 decode) "
+                 "instead of cuBLASLt (weights <= 1 MiB take it up to 8 rows anyway)")
       ->capture_default_str();
   app.add_option("--pdl", k.pdl,
                  "cuda: GEMV launches overlap the previous kernel (programmatic dependent launch): "

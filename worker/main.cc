@@ -52,6 +52,8 @@ struct WorkerFlags {
   bool cuda_graphs = true;
   bool tp_cuda_graphs = true;
   bool pp_cuda_graphs = true;
+  int64_t peer_all_reduce_max_bytes = 0;
+  int64_t peer_one_shot_max_bytes = 256 << 10;
   KernelChoices kernels;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
@@ -233,7 +235,9 @@ absl::StatusOr<ReplicaGroups> JoinReplicaGroups(const WorkerFlags& f, Rendezvous
                          .store = store,
                          .prefix = absl::StrCat("nccl-tp-", f.pp_rank),
                          .stream = cuda_stream,
-                         .timeout = timeout}));
+                         .timeout = timeout,
+                         .peer_max_bytes = f.peer_all_reduce_max_bytes,
+                         .peer_one_shot_max_bytes = f.peer_one_shot_max_bytes}));
 #endif
   } else if (f.tp_size > 1) {
     ASSIGN_OR_RETURN(groups.tp_owned,
@@ -583,6 +587,15 @@ int main(int argc, char** argv) {
   app.add_option("--pp-cuda-graphs", f.pp_cuda_graphs,
                  "cuda: decode graphs on pipeline stages too (each stage's NCCL receive, layers "
                  "and send captured; only with --pp-nccl; every rank must run it)")
+      ->capture_default_str();
+  app.add_option("--peer-all-reduce-max-bytes", f.peer_all_reduce_max_bytes,
+                 "cuda, TP: bf16 all-reduces of at most this many bytes run over buffers the "
+                 "GPUs map from each other (CUDA IPC) instead of NCCL; 0: NCCL only; every rank "
+                 "must pass the same value")
+      ->capture_default_str();
+  app.add_option("--peer-one-shot-max-bytes", f.peer_one_shot_max_bytes,
+                 "cuda, TP: peer all-reduces up to this size read every rank's whole message "
+                 "(one-shot), larger ones reduce a slice each and gather (two-shot)")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "

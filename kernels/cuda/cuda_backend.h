@@ -38,7 +38,7 @@ struct CudaBackendOptions {
   // do not depend on which requests happened to share a step.
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
-  bool gemv = false;                       // see GemmOptions
+  bool gemv = true;                        // see GemmOptions
   bool pdl = false;                        // GemmOptions::pdl
   bool gemm_autotune = false;              // GemmOptions::autotune
   // Prefill attention on tensor cores (flash_attention.cu) for sequences with >= 16 new rows,

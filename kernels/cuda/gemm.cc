@@ -295,7 +295,8 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   // tail-bound (11.5 us for 184 KB on an H200, 16 GB/s): the GEMV takes them whatever
   // options_.gemv says.
   const bool small_weights = c.n * c.k * 2 <= kGemvSmallWeightBytes;
-  if ((options_.gemv || small_weights) && !options_.batch_invariant && c.m <= kGemvMaxRows) {
+  if (((options_.gemv && c.m == 1) || small_weights) && !options_.batch_invariant &&
+      c.m <= kGemvMaxRows) {
     const GemvArgs gemv{.x = c.x,
                         .ldx = c.ldx,
                         .w = c.w,

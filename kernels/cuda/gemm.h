@@ -64,12 +64,13 @@ struct GemmOptions {
   // The m at which a family's one algorithm is chosen (batch_invariant only): small favours
   // decode, large favours prefill.
   int64_t invariant_reference_rows = 256;
-  // Calls of at most kGemvMaxRows rows go to the skinny kernel (gemv.h) where it supports them;
-  // never in batch-invariant mode (a row would change bits when the batch crosses the threshold).
-  // Off by default: on the H200 it matches cuBLASLt at one row and trails it at eight
-  // (docs/benchmarks/README.md), so it waits for the next kernel pass. Weights of at most
-  // kGemvSmallWeightBytes take it regardless (GemmRunner::Run says why).
-  bool gemv = false;
+  // Single-row calls go to the skinny kernel (gemv.h) where it supports them; never in
+  // batch-invariant mode (a row would change bits when the batch crosses the threshold). On the
+  // H200 it streams Qwen3-8B's projections 4-12 % faster than cuBLASLt at one row but is
+  // compute-bound from two rows on (1.2-2x slower at 4-8 rows; docs/benchmarks/README.md), so
+  // only m = 1 takes it. Weights of at most kGemvSmallWeightBytes take it up to kGemvMaxRows
+  // rows regardless (GemmRunner::Run says why).
+  bool gemv = true;
   // GEMV launches use programmatic dependent launch (pdl.cuh): their first weight loads overlap
   // the previous kernel's tail.
   bool pdl = false;

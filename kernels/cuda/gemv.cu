@@ -196,9 +196,7 @@ template <int kRows, bool kFp8>
 cudaError_t LaunchTile(const GemvArgs& a, int cols, int unroll, cudaStream_t stream) {
   if (cols == 1 && unroll == 4) return LaunchWith<kRows, 1, 4, kFp8>(a, stream);
   if (cols == 1 && unroll == 8) return LaunchWith<kRows, 1, 8, kFp8>(a, stream);
-  if (cols == 1 && unroll == 16) return LaunchWith<kRows, 1, 16, kFp8>(a, stream);
   if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8>(a, stream);
-  if (cols == 2 && unroll == 8) return LaunchWith<kRows, 2, 8, kFp8>(a, stream);
   if (cols == 4 && unroll == 2) return LaunchWith<kRows, 4, 2, kFp8>(a, stream);
   if (cols == 4 && unroll == 4) return LaunchWith<kRows, 4, 4, kFp8>(a, stream);
   return cudaErrorInvalidValue;
@@ -206,14 +204,13 @@ cudaError_t LaunchTile(const GemvArgs& a, int cols, int unroll, cudaStream_t str
 
 template <int kRows, bool kFp8>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
-  int cols = a.tile_cols, unroll = a.tile_unroll;
-  if (cols == 0) {
-    // More columns per warp read x from shared memory fewer times per weight byte, but leave
-    // fewer warps to hide latency: take the most that still gives every SM 16 warps.
-    const int64_t warps_wanted = 16LL * SmCount();
-    cols = a.n >= 4 * warps_wanted ? 4 : a.n >= 2 * warps_wanted ? 2 : 1;
-  }
-  if (unroll == 0) unroll = std::max(2, 8 / cols);
+  // Measured on an H200 over Qwen3-8B and gpt-oss-20b projections (xserv-gemv-bench,
+  // docs/benchmarks/README.md): one bf16 row streams best with one column per warp and four
+  // loads in flight (more loads per lane cost occupancy), FP8 rows and several bf16 rows with
+  // two columns per warp (x's shared-memory reads and the conversions are shared by both).
+  const bool one_column = kRows == 1 && !kFp8;
+  const int cols = a.tile_cols != 0 ? a.tile_cols : (one_column ? 1 : 2);
+  const int unroll = a.tile_unroll != 0 ? a.tile_unroll : 4;
   return LaunchTile<kRows, kFp8>(a, cols, unroll, stream);
 }
 

@@ -37,8 +37,8 @@ struct GemvArgs {
   // Launch with programmatic dependent launch (pdl.cuh): the first weight loads overlap the
   // previous kernel.
   bool pdl = false;
-  // The tile, for benchmarks (0: chosen by n): columns per warp (1, 2 or 4) and loads of each
-  // in flight per lane (1 column: 4, 8, 16; 2: 4, 8; 4: 2, 4). Results do not depend on it.
+  // The tile, for benchmarks (0: the measured default): columns per warp and loads of each in
+  // flight per lane, one of 1x4, 1x8, 2x4, 4x2, 4x4. Results do not depend on it.
   int tile_cols = 0;
   int tile_unroll = 0;
 };

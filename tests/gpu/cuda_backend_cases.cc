@@ -11,9 +11,9 @@
 namespace xserv::kernels::testing {
 namespace {
 
-// Three cases: the default (cuBLASLt heuristic; weights of at most kGemvSmallWeightBytes take the
-// GEMV at decode rows), the opt-in skinny GEMV for decode rows, and the batch-invariant mode,
-// which alone promises rows independent of the batch.
+// Three cases: the default (single-row matmuls and weights of at most kGemvSmallWeightBytes take
+// the skinny GEMV, the rest cuBLASLt's heuristic), cuBLASLt for every row count, and the
+// batch-invariant mode, which alone promises rows independent of the batch.
 std::vector<BackendCase> CudaCases() {
   auto info = xserv::cuda::QueryRuntime();
   if (!info.ok() || info->devices.empty()) return {};
@@ -25,8 +25,8 @@ std::vector<BackendCase> CudaCases() {
       return std::move(*backend);
     };
   };
-  return {BackendCase{.name = "Cuda", .make = make(false, false), .batch_invariant = false},
-          BackendCase{.name = "CudaGemv", .make = make(false, true), .batch_invariant = false},
+  return {BackendCase{.name = "Cuda", .make = make(false, true), .batch_invariant = false},
+          BackendCase{.name = "CudaNoGemv", .make = make(false, false), .batch_invariant = false},
           BackendCase{.name = "CudaBatchInvariant",
                       .make = make(true, false),
                       .batch_invariant = true,

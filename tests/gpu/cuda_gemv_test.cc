@@ -25,7 +25,7 @@ struct Shape {
 struct Tile {
   int cols, unroll;
 };
-constexpr Tile kTiles[] = {{0, 0}, {1, 4}, {1, 8}, {1, 16}, {2, 4}, {2, 8}, {4, 2}, {4, 4}};
+constexpr Tile kTiles[] = {{0, 0}, {1, 4}, {1, 8}, {2, 4}, {4, 2}, {4, 4}};
 
 template <typename T>
 T* Upload(const std::vector<T>& host) {

@@ -6,7 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/safetensors/float_convert.h"
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "worker/parallel/kv_store.h"
 #include "worker/parallel/nccl_communicator.h"
@@ -73,6 +75,111 @@ TEST(NcclCommunicator, AllReduceF32AndBf16AcrossDevices) {
       ASSERT_EQ(f32_out[r][i], want) << "rank " << r << " f32 at " << i;
       ASSERT_EQ(safetensors::Bf16ToFloat(bf16_out[r][i]), want) << "rank " << r << " bf16 at " << i;
     }
+  }
+}
+
+// The peer all-reduce (peer_all_reduce.h) through the communicator: one-shot, two-shot and the
+// NCCL fallback above peer_max_bytes, called eagerly and replayed from a CUDA graph (the flags'
+// call counts live on the device), each result bit-identical to the host's rank-ordered fp32 sum
+// rounded to bf16 on every rank.
+TEST(NcclCommunicator, PeerAllReduceMatchesTheRankOrderedSumEagerlyAndInGraphs) {
+  const int world = std::min(VisibleDevices(), 4);
+  if (world < 2) GTEST_SKIP() << "needs two CUDA devices";
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  constexpr int64_t kOneShotMax = 64 << 10, kPeerMax = 1 << 20;
+  // 16 bytes; a decode row of 4096 (one-shot); 80 KB and 1 MB (two-shot, the latter with a slice
+  // boundary inside a block's stride); 2 MB (NCCL).
+  const std::vector<size_t> counts = {8, 4096, 40960, 524288 - 8, 1 << 20};
+  // Rank r's value at i: ((i * 7 + r * 13) % 29 - 14) / 8 (exact in bf16; sums round in bf16).
+  auto value = [](size_t i, int r) { return static_cast<float>(((i * 7 + r * 13) % 29)) / 8 - 1.75f; };
+  auto expected = [&](size_t i) {
+    float sum = value(i, 0);
+    for (int r = 1; r < world; ++r) sum += value(i, r);
+    return safetensors::Bf16ToFloat(safetensors::FloatToBf16(sum));
+  };
+  std::vector<absl::Status> status(world);
+  std::vector<std::string> failures(world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      cudaSetDevice(r);
+      cudaStream_t stream;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      auto comm = CreateNcclCommunicator({.rank = r, .world_size = world, .store = store,
+                                          .prefix = "p", .stream = stream,
+                                          .peer_max_bytes = kPeerMax,
+                                          .peer_one_shot_max_bytes = kOneShotMax});
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      std::vector<uint16_t*> bufs;
+      std::vector<std::vector<uint16_t>> inputs;
+      for (const size_t n : counts) {
+        std::vector<uint16_t> host(n);
+        for (size_t i = 0; i < n; ++i) host[i] = safetensors::FloatToBf16(value(i, r));
+        uint16_t* d = nullptr;
+        cudaMalloc(reinterpret_cast<void**>(&d), n * 2);
+        bufs.push_back(d);
+        inputs.push_back(std::move(host));
+      }
+      auto reset = [&] {
+        for (size_t c = 0; c < counts.size(); ++c) {
+          cudaMemcpy(bufs[c], inputs[c].data(), counts[c] * 2, cudaMemcpyHostToDevice);
+        }
+      };
+      auto run_all = [&]() -> absl::Status {
+        for (size_t c = 0; c < counts.size(); ++c) {
+          RETURN_IF_ERROR((*comm)->AllReduceTyped(bufs[c], counts[c], ElementType::kBF16,
+                                                  ReduceOp::kSum));
+        }
+        return absl::OkStatus();
+      };
+      auto check = [&](const char* when) {
+        cudaStreamSynchronize(stream);
+        for (size_t c = 0; c < counts.size() && failures[r].empty(); ++c) {
+          std::vector<uint16_t> out(counts[c]);
+          cudaMemcpy(out.data(), bufs[c], counts[c] * 2, cudaMemcpyDeviceToHost);
+          for (size_t i = 0; i < counts[c]; ++i) {
+            if (safetensors::Bf16ToFloat(out[i]) != expected(i)) {
+              failures[r] = absl::StrCat(when, ": count ", counts[c], " element ", i, ": ",
+                                         safetensors::Bf16ToFloat(out[i]), " want ", expected(i));
+              break;
+            }
+          }
+        }
+      };
+      for (int round = 0; round < 3 && status[r].ok(); ++round) {  // alternating halves
+        reset();
+        status[r] = run_all();
+        check("eager");
+      }
+      if (!status[r].ok()) return;
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+      status[r] = run_all();
+      if (cudaStreamEndCapture(stream, &graph) != cudaSuccess ||
+          cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+        status[r] = absl::InternalError("graph capture failed");
+      }
+      for (int replay = 0; replay < 5 && status[r].ok(); ++replay) {
+        reset();
+        cudaGraphLaunch(exec, stream);
+        check("graph replay");
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      for (uint16_t* d : bufs) cudaFree(d);
+      if (status[r].ok()) status[r] = (*comm)->Barrier();
+      comm->reset();
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    EXPECT_EQ(failures[r], "") << "rank " << r;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "worker/parallel/peer_group.h"
 
 namespace xserv::parallel {
 namespace {
@@ -22,9 +23,17 @@ ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMa
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(int rank, int world_size, ncclComm_t comm, cudaStream_t stream, float* scratch)
-      : rank_(rank), world_size_(world_size), comm_(comm), stream_(stream), scratch_(scratch) {}
+  NcclCommunicator(int rank, int world_size, ncclComm_t comm, cudaStream_t stream, float* scratch,
+                   std::unique_ptr<PeerGroup> peers, int64_t peer_one_shot_max_bytes)
+      : rank_(rank),
+        world_size_(world_size),
+        comm_(comm),
+        stream_(stream),
+        scratch_(scratch),
+        peers_(std::move(peers)),
+        peer_one_shot_max_bytes_(peer_one_shot_max_bytes) {}
   ~NcclCommunicator() override {
+    peers_.reset();
     ncclCommDestroy(comm_);
     cudaFree(scratch_);
   }
@@ -35,6 +44,13 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status AllReduceTyped(void* data, size_t count, ElementType type, ReduceOp op) override {
     if (count == 0) return absl::OkStatus();
+    const int64_t bytes = static_cast<int64_t>(count) * 2;
+    if (peers_ != nullptr && type == ElementType::kBF16 && op == ReduceOp::kSum &&
+        bytes <= peers_->max_bytes() && bytes % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(data) % 16 == 0) {
+      return peers_->AllReduceBf16(data, static_cast<int64_t>(count),
+                                   bytes > peer_one_shot_max_bytes_, stream_);
+    }
     const ncclDataType_t nccl_type = type == ElementType::kBF16 ? ncclBfloat16 : ncclFloat32;
     RETURN_IF_NCCL_ERROR(
         ncclAllReduce(data, data, count, nccl_type, NcclOp(op), comm_, stream_));
@@ -79,6 +95,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   cudaStream_t stream_;
   float* scratch_;  // one device float for Barrier
+  std::unique_ptr<PeerGroup> peers_;  // null: every all-reduce through NCCL
+  int64_t peer_one_shot_max_bytes_;
 };
 
 }  // namespace
@@ -110,8 +128,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclO
     ncclCommDestroy(comm);
     return absl::ResourceExhaustedError(absl::StrCat("NCCL scratch: ", cudaGetErrorString(err)));
   }
-  return std::unique_ptr<Communicator>(new NcclCommunicator(
-      o.rank, o.world_size, comm, static_cast<cudaStream_t>(o.stream), scratch));
+  std::unique_ptr<PeerGroup> peers;
+  if (o.peer_max_bytes > 0 && o.world_size > 1) {
+    auto group = PeerGroup::Create(o.rank, o.world_size, *o.store, o.prefix, o.peer_max_bytes,
+                                   o.timeout);
+    if (!group.ok()) {
+      ncclCommDestroy(comm);
+      cudaFree(scratch);
+      return group.status();
+    }
+    peers = std::move(*group);
+  }
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(o.rank, o.world_size, comm, static_cast<cudaStream_t>(o.stream),
+                           scratch, std::move(peers), o.peer_one_shot_max_bytes));
 }
 
 }  // namespace xserv::parallel
