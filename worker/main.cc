@@ -53,7 +53,7 @@ struct WorkerFlags {
   bool tp_cuda_graphs = true;
   bool pp_cuda_graphs = true;
   int64_t peer_all_reduce_max_bytes = 0;
-  int64_t peer_one_shot_max_bytes = 256 << 10;
+  int64_t peer_one_shot_max_bytes = 2 << 20;  // two H200s: one-shot beat two-shot at every size
   KernelChoices kernels;
   bool fp8_matmuls = false;
   bool pp_nccl = true;
