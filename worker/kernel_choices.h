@@ -18,7 +18,7 @@ struct KernelChoices {
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
-  bool pdl = false;                // GEMVs overlap the previous kernel's tail
+  bool pdl = true;                 // decode kernels launch while their predecessor runs
 };
 
 inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
@@ -49,8 +49,9 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "instead of cuBLASLt (weights <= 1 MiB take it up to 8 rows anyway)")
       ->capture_default_str();
   app.add_option("--pdl", k.pdl,
-                 "cuda: GEMV launches overlap the previous kernel (programmatic dependent launch): "
-                 "their first weight loads go out before its results are needed")
+                 "cuda: programmatic dependent launch: the GEMV and the decode path's small "
+                 "kernels launch while their predecessor runs (the GEMV's first weight loads go "
+                 "out before its input is ready)")
       ->capture_default_str();
 }
 

@@ -52,7 +52,7 @@ struct WorkerFlags {
   bool cuda_graphs = true;
   bool tp_cuda_graphs = true;
   bool pp_cuda_graphs = true;
-  int64_t peer_all_reduce_max_bytes = 0;
+  int64_t peer_all_reduce_max_bytes = 2 << 20;
   int64_t peer_one_shot_max_bytes = 2 << 20;  // two H200s: one-shot beat two-shot at every size
   KernelChoices kernels;
   bool fp8_matmuls = false;

@@ -57,6 +57,7 @@ struct PagedAttentionArgs {
   // decode_partials, merged by a second kernel.
   int decode_ctas_per_head = 1;
   float* decode_partials = nullptr;
+  bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };
 
 // Sequences with at least this many new rows go to the tensor-core prefill kernel when enabled.

@@ -141,6 +141,7 @@ template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   using L = Layout<kDim>;
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
@@ -299,6 +300,7 @@ template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
   PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   constexpr int kRecord = Layout<kDim>::kRecord;
   const int s = blockIdx.x, kvh = blockIdx.y;
   const int q_len = a.query_start[s + 1] - a.query_start[s];
@@ -321,10 +323,14 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
-  DecodeAttentionKernel<kDim><<<grid, kThreads, static_cast<size_t>(kSmem), stream>>>(a);
+  if (const cudaError_t err = LaunchMaybePdl(DecodeAttentionKernel<kDim>, grid, kThreads,
+                                             static_cast<size_t>(kSmem), stream, a.pdl, a);
+      err != cudaSuccess) {
+    return err;
+  }
   if (ctas > 1) {
     const dim3 merge_grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads));
-    MergeDecodeKernel<kDim><<<merge_grid, kThreads, 0, stream>>>(a);
+    return LaunchMaybePdl(MergeDecodeKernel<kDim>, merge_grid, kThreads, 0, stream, a.pdl, a);
   }
   return cudaGetLastError();
 }

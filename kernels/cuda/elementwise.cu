@@ -33,6 +33,7 @@ template <typename Op>
 __global__ void __launch_bounds__(kThreads)
     BinaryRowsKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
   PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   const int64_t n = a.rows * a.cols;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
@@ -54,6 +55,7 @@ template <typename Op>
 __global__ void __launch_bounds__(kThreads)
     BinaryRowsVecKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
   PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   const int64_t vecs_per_row = a.cols / kVec;
   const int64_t n = a.rows * vecs_per_row;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
@@ -163,16 +165,14 @@ cudaError_t LaunchAdd(const RowsView& a, const RowsView& b, const RowsView& out,
 }
 
 cudaError_t LaunchSiluMul(const RowsView& gate, const RowsView& up, const RowsView& out,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, bool pdl) {
   if (gate.rows * gate.cols == 0) return cudaSuccess;
   if (gate.cols % kVec == 0 && VecRows(gate) && VecRows(up) && VecRows(out)) {
-    BinaryRowsVecKernel<<<BlocksFor(gate.rows * gate.cols / kVec), kThreads, 0, stream>>>(
-        gate, up, out, SiluMulOp{});
-    return cudaGetLastError();
+    return LaunchMaybePdl(BinaryRowsVecKernel<SiluMulOp>, BlocksFor(gate.rows * gate.cols / kVec),
+                          kThreads, 0, stream, pdl, gate, up, out, SiluMulOp{});
   }
-  BinaryRowsKernel<<<BlocksFor(gate.rows * gate.cols), kThreads, 0, stream>>>(gate, up, out,
-                                                                                SiluMulOp{});
-  return cudaGetLastError();
+  return LaunchMaybePdl(BinaryRowsKernel<SiluMulOp>, BlocksFor(gate.rows * gate.cols), kThreads,
+                        0, stream, pdl, gate, up, out, SiluMulOp{});
 }
 
 cudaError_t LaunchGeluTanh(const RowsView& x, const RowsView& out, cudaStream_t stream) {

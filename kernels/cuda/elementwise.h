@@ -16,8 +16,9 @@ namespace xserv::kernels::cuda {
 cudaError_t LaunchAdd(const RowsView& a, const RowsView& b, const RowsView& out,
                       cudaStream_t stream);
 // bf16 rows: out = silu(gate) * up. out may alias gate or up.
+// pdl: launch with programmatic dependent launch (pdl.cuh).
 cudaError_t LaunchSiluMul(const RowsView& gate, const RowsView& up, const RowsView& out,
-                          cudaStream_t stream);
+                          cudaStream_t stream, bool pdl = false);
 // bf16 rows: out = gelu_tanh(x). out may alias x.
 cudaError_t LaunchGeluTanh(const RowsView& x, const RowsView& out, cudaStream_t stream);
 // out[r, c] += bias[c]; out f32 or bf16, bias f32 or bf16 (for GEMMs whose epilogue has none).

@@ -11,7 +11,7 @@
 // on m nor on the tile (kCols, kUnroll) (no atomics, no split-k).
 //
 // PDL (GemvArgs::pdl, pdl.cuh): the weights are constants, so a warp issues its first batch of
-// weight loads before waiting for the kernel that produced x.
+// weight loads before waiting for the kernel that produced x (and lets the next kernel launch).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       }
     }
   };
+  PdlLaunchDependents();  // the next kernel may be a PDL launch too
   if (first_n0 < a.n) load_batch(first_n0, lane);
   PdlWait();  // x (and out) belong to the stream's earlier kernels
 

@@ -33,6 +33,7 @@ __device__ __forceinline__ RowSlot SlotOf() {
 template <int kWarpsPerRow>
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant__ NormArgs a) {
   PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   constexpr int kThreadsPerRow = kWarpsPerRow * kWarpSize;
   __shared__ float scratch[kThreads / kWarpSize];
   const RowSlot slot = SlotOf<kWarpsPerRow>();
@@ -99,6 +100,7 @@ constexpr int kVecElems = 8;
 template <int kVecs>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
   PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);
@@ -167,17 +169,18 @@ cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream) {
   if (args.x.rows == 0) return cudaSuccess;
   const unsigned rows = static_cast<unsigned>(args.x.rows);
   switch (VecsPerThread(args)) {
-    case 1: RmsNormVecKernel<1><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
-    case 2: RmsNormVecKernel<2><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
-    case 4: RmsNormVecKernel<4><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
-    case 8: RmsNormVecKernel<8><<<rows, kThreads, 0, stream>>>(args); return cudaGetLastError();
+    case 1: return LaunchMaybePdl(RmsNormVecKernel<1>, rows, kThreads, 0, stream, args.pdl, args);
+    case 2: return LaunchMaybePdl(RmsNormVecKernel<2>, rows, kThreads, 0, stream, args.pdl, args);
+    case 4: return LaunchMaybePdl(RmsNormVecKernel<4>, rows, kThreads, 0, stream, args.pdl, args);
+    case 8: return LaunchMaybePdl(RmsNormVecKernel<8>, rows, kThreads, 0, stream, args.pdl, args);
     default: break;
   }
   if (args.x.cols <= kShortRowCols) {
-    RmsNormKernel<1><<<Ceil(args.x.rows, kThreads / kWarpSize), kThreads, 0, stream>>>(args);
-  } else {
-    RmsNormKernel<kThreads / kWarpSize><<<args.x.rows, kThreads, 0, stream>>>(args);
+    const auto ctas = static_cast<unsigned>(Ceil(args.x.rows, kThreads / kWarpSize));
+    return LaunchMaybePdl(RmsNormKernel<1>, ctas, kThreads, 0, stream, args.pdl, args);
   }
+  return LaunchMaybePdl(RmsNormKernel<kThreads / kWarpSize>, rows, kThreads, 0, stream, args.pdl,
+                        args);
   return cudaGetLastError();
 }
 

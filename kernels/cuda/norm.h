@@ -15,6 +15,7 @@ struct NormArgs {
   const void* weight = nullptr;  // bf16 [cols]
   const void* bias = nullptr;    // bf16 [cols], LayerNorm only
   float eps = 1e-6f;
+  bool pdl = false;  // launch with programmatic dependent launch (pdl.cuh)
 };
 
 // RMSNorm; with a residual, residual += x first (stored in bf16) and the norm is of the stored sum.

@@ -166,7 +166,8 @@ absl::Status CudaBackend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, co
       .slots = slot_mapping.as<int32_t>(),
       .k_cache = kv.k.data,
       .v_cache = kv.v.data,
-      .num_slots = num_slots};
+      .num_slots = num_slots,
+      .pdl = options_.pdl};
   return Launched(kOp, LaunchQkNormRopeWriteKv(args, stream_));
 }
 
@@ -300,7 +301,10 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   }
   if (paged) RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
   if (flash) RETURN_IF_ERROR(Launched(kOp, LaunchFlashPrefill(args, stream_)));
-  if (decode) RETURN_IF_ERROR(Launched(kOp, LaunchDecodeAttention(args, stream_)));
+  if (decode) {
+    args.pdl = options_.pdl;  // the decode kernels keep the PDL contract (pdl.cuh)
+    RETURN_IF_ERROR(Launched(kOp, LaunchDecodeAttention(args, stream_)));
+  }
   return absl::OkStatus();
 }
 

@@ -26,8 +26,12 @@ absl::Status CheckNormArgs(const char* op, const Tensor& x, const Tensor& weight
 absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                   const Tensor& out) {
   RETURN_IF_ERROR(CheckNormArgs("RmsNorm", x, weight, out));
-  const NormArgs args{
-      .x = AsRows(x), .residual = {}, .out = AsRows(out), .weight = weight.data, .eps = eps};
+  const NormArgs args{.x = AsRows(x),
+                      .residual = {},
+                      .out = AsRows(out),
+                      .weight = weight.data,
+                      .eps = eps,
+                      .pdl = options_.pdl};
   return Launched("RmsNorm", LaunchRmsNorm(args, stream_));
 }
 
@@ -43,7 +47,8 @@ absl::Status CudaBackend::AddRmsNorm(const Tensor& x, const Tensor& residual, co
                 .residual = AsRows(residual),
                 .out = AsRows(out),
                 .weight = weight.data,
-                .eps = eps};
+                .eps = eps,
+                .pdl = options_.pdl};
   return Launched(kOp, LaunchRmsNorm(args, stream_));
 }
 

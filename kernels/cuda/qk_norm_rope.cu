@@ -10,6 +10,7 @@
 // bit-identical to the separate ops. head_dim % 64 == 0 puts both columns of a rotation pair
 // (i, i + head_dim / 2) in the same lane.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/qk_norm_rope.h"
 
 namespace xserv::kernels::cuda {
@@ -22,6 +23,8 @@ constexpr int kThreads = kWarps * kWarpSize;
 template <int kPerLane>  // head_dim / 32
 __global__ void __launch_bounds__(kThreads)
     QkNormRopeWriteKvKernel(const __grid_constant__ QkNormRopeArgs a) {
+  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
   constexpr int kDim = kPerLane * kWarpSize;
   constexpr int kHalfLanes = kPerLane / 2;  // j < kHalfLanes: first halves of the pairs
   const int64_t t = blockIdx.x;
@@ -93,15 +96,15 @@ bool QkNormRopeSupports(int head_dim) {
 
 cudaError_t LaunchQkNormRopeWriteKv(const QkNormRopeArgs& args, cudaStream_t stream) {
   if (args.tokens == 0) return cudaSuccess;
-  const auto grid = static_cast<unsigned>(args.tokens);
+  const dim3 grid(static_cast<unsigned>(args.tokens));
+  const dim3 block(kThreads);
   switch (args.head_dim) {
-    case 64: QkNormRopeWriteKvKernel<2><<<grid, kThreads, 0, stream>>>(args); break;
-    case 128: QkNormRopeWriteKvKernel<4><<<grid, kThreads, 0, stream>>>(args); break;
-    case 192: QkNormRopeWriteKvKernel<6><<<grid, kThreads, 0, stream>>>(args); break;
-    case 256: QkNormRopeWriteKvKernel<8><<<grid, kThreads, 0, stream>>>(args); break;
+    case 64: return LaunchMaybePdl(QkNormRopeWriteKvKernel<2>, grid, block, 0, stream, args.pdl, args);
+    case 128: return LaunchMaybePdl(QkNormRopeWriteKvKernel<4>, grid, block, 0, stream, args.pdl, args);
+    case 192: return LaunchMaybePdl(QkNormRopeWriteKvKernel<6>, grid, block, 0, stream, args.pdl, args);
+    case 256: return LaunchMaybePdl(QkNormRopeWriteKvKernel<8>, grid, block, 0, stream, args.pdl, args);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace xserv::kernels::cuda

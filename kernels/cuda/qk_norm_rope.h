@@ -29,6 +29,7 @@ struct QkNormRopeArgs {
   void* k_cache = nullptr;             // bf16 [num_slots, kv_heads * head_dim]
   void* v_cache = nullptr;
   int64_t num_slots = 0;
+  bool pdl = false;  // launch with programmatic dependent launch (pdl.cuh)
 };
 
 // head_dim a multiple of 64 up to 256: a lane's columns c = lane + 32 j then hold both halves of

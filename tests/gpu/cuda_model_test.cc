@@ -193,6 +193,10 @@ class CudaModel : public ::testing::TestWithParam<std::string> {
   }
   // Prefill logits of the golden inputs on `backend` against the CPU backend's.
   void PrefillMatchesCpu(kernels::Backend& backend);
+  // Decode steps of 1, 3 and 5 sequences replayed from graphs on `graph_backend` equal direct
+  // steps on `direct_backend`, bit for bit (the backends must choose the same kernels).
+  void GraphStepsEqualDirectSteps(kernels::Backend& direct_backend,
+                                  kernels::Backend& graph_backend);
 
   std::unique_ptr<kernels::cuda::CudaBackend> cuda_;
   kernels::cpu::CpuBackend cpu_{kernels::cpu::CpuBackendOptions{.num_threads = 2}};
@@ -309,8 +313,30 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
   auto invariant =
       kernels::cuda::CudaBackend::Create({.device = 0, .batch_invariant = true});
   ASSERT_TRUE(invariant.ok()) << invariant.status();
-  Runner direct(**invariant, ModelDir(GetParam()));
-  Runner graphed(**invariant, ModelDir(GetParam()));
+  GraphStepsEqualDirectSteps(**invariant, **invariant);
+}
+
+// Programmatic dependent launch (the worker's default) changes when kernels start, never what
+// they compute: decode steps replayed from graphs with it equal direct steps without it, bit for
+// bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention).
+TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
+  const kernels::cuda::CudaBackendOptions plain{.device = 0,
+                                                .gemv = true,
+                                                .flash_prefill = true,
+                                                .decode_attention = true,
+                                                .fuse_qk_norm_rope = true};
+  kernels::cuda::CudaBackendOptions with_pdl = plain;
+  with_pdl.pdl = true;
+  auto direct = kernels::cuda::CudaBackend::Create(plain);
+  auto graphed = kernels::cuda::CudaBackend::Create(with_pdl);
+  ASSERT_TRUE(direct.ok() && graphed.ok());
+  GraphStepsEqualDirectSteps(**direct, **graphed);
+}
+
+void CudaModel::GraphStepsEqualDirectSteps(kernels::Backend& direct_backend,
+                                           kernels::Backend& graph_backend) {
+  Runner direct(direct_backend, ModelDir(GetParam()));
+  Runner graphed(graph_backend, ModelDir(GetParam()));
   ASSERT_TRUE(direct.ok() && graphed.ok());
   const Golden g = LoadGolden(ModelDir(GetParam()));
   ASSERT_FALSE(g.inputs.empty());
