@@ -4,6 +4,8 @@
 // CudaOptionsOf (CUDA builds) turns them into the backend's options.
 #pragma once
 
+#include <string>
+
 #include "CLI/CLI.hpp"
 #if XSERV_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -18,7 +20,7 @@ struct KernelChoices {
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
-  bool pdl = true;                 // decode kernels launch while their predecessor runs
+  std::string pdl = "gemv";        // which kernels launch while their predecessor runs
 };
 
 inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
@@ -49,9 +51,11 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "instead of cuBLASLt (weights <= 1 MiB take it up to 8 rows anyway)")
       ->capture_default_str();
   app.add_option("--pdl", k.pdl,
-                 "cuda: programmatic dependent launch: the GEMV and the decode path's small "
-                 "kernels launch while their predecessor runs (the GEMV's first weight loads go "
-                 "out before its input is ready)")
+                 "cuda: programmatic dependent launch: 'gemv' lets the single-row GEMV launch "
+                 "while its predecessor runs (its first weight loads go out before its input is "
+                 "ready), 'all' also the decode path's norms, SiluMul, q/k norm + RoPE and "
+                 "attention, 'off' none")
+      ->check(CLI::IsMember({"off", "gemv", "all"}))
       ->capture_default_str();
 }
 
@@ -62,7 +66,8 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
   return {.device = 0,
           .batch_invariant = batch_invariant,
           .gemv = k.gemv,
-          .pdl = k.pdl,
+          .pdl = k.pdl != "off",
+          .pdl_decode_kernels = k.pdl == "all",
           .gemm_autotune = k.gemm_autotune,
           .flash_prefill = k.flash_prefill,
           .decode_attention = k.decode_attention,

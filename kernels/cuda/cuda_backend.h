@@ -39,9 +39,11 @@ struct CudaBackendOptions {
   bool batch_invariant = false;
   int64_t invariant_reference_rows = 256;  // see GemmOptions
   bool gemv = true;                        // see GemmOptions
-  // Programmatic dependent launch (pdl.cuh) for the GEMV and the decode path's norms, SiluMul,
-  // fused q/k norm + RoPE and decode attention: each may launch while its predecessor runs.
+  // Programmatic dependent launch (pdl.cuh): the GEMV (GemmOptions::pdl), and with
+  // pdl_decode_kernels also the decode path's norms, SiluMul, fused q/k norm + RoPE and decode
+  // attention, may launch while their predecessor runs.
   bool pdl = false;
+  bool pdl_decode_kernels = false;
   bool gemm_autotune = false;              // GemmOptions::autotune
   // Prefill attention on tensor cores (flash_attention.cu) for sequences with >= 16 new rows,
   // head_dim 64 or 128; not in the batch-invariant mode (its rounding differs from the decode

@@ -140,8 +140,7 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   using L = Layout<kDim>;
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
@@ -299,8 +298,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   constexpr int kRecord = Layout<kDim>::kRecord;
   const int s = blockIdx.x, kvh = blockIdx.y;
   const int q_len = a.query_start[s + 1] - a.query_start[s];

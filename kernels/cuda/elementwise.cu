@@ -32,8 +32,7 @@ struct SiluMulOp {
 template <typename Op>
 __global__ void __launch_bounds__(kThreads)
     BinaryRowsKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const int64_t n = a.rows * a.cols;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
@@ -54,8 +53,7 @@ bool VecRows(const RowsView& v) { return Aligned16(v.data) && v.stride % kVec ==
 template <typename Op>
 __global__ void __launch_bounds__(kThreads)
     BinaryRowsVecKernel(const RowsView a, const RowsView b, const RowsView out, Op op) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const int64_t vecs_per_row = a.cols / kVec;
   const int64_t n = a.rows * vecs_per_row;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;

@@ -76,9 +76,8 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       }
     }
   };
-  PdlLaunchDependents();  // the next kernel may be a PDL launch too
   if (first_n0 < a.n) load_batch(first_n0, lane);
-  PdlWait();  // x (and out) belong to the stream's earlier kernels
+  PdlBegin();  // x (and out) belong to the stream's earlier kernels
 
   const int x_chunks = a.k / kChunk;
   for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {

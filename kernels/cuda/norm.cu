@@ -32,8 +32,7 @@ __device__ __forceinline__ RowSlot SlotOf() {
 
 template <int kWarpsPerRow>
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant__ NormArgs a) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   constexpr int kThreadsPerRow = kWarpsPerRow * kWarpSize;
   __shared__ float scratch[kThreads / kWarpSize];
   const RowSlot slot = SlotOf<kWarpsPerRow>();
@@ -99,8 +98,7 @@ constexpr int kVecElems = 8;
 
 template <int kVecs>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);

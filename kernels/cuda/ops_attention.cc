@@ -167,7 +167,7 @@ absl::Status CudaBackend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, co
       .k_cache = kv.k.data,
       .v_cache = kv.v.data,
       .num_slots = num_slots,
-      .pdl = options_.pdl};
+      .pdl = options_.pdl_decode_kernels};
   return Launched(kOp, LaunchQkNormRopeWriteKv(args, stream_));
 }
 
@@ -302,7 +302,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   if (paged) RETURN_IF_ERROR(Launched(kOp, LaunchPagedAttention(args, stream_)));
   if (flash) RETURN_IF_ERROR(Launched(kOp, LaunchFlashPrefill(args, stream_)));
   if (decode) {
-    args.pdl = options_.pdl;  // the decode kernels keep the PDL contract (pdl.cuh)
+    args.pdl = options_.pdl_decode_kernels;  // the decode kernels keep the PDL contract (pdl.cuh)
     RETURN_IF_ERROR(Launched(kOp, LaunchDecodeAttention(args, stream_)));
   }
   return absl::OkStatus();

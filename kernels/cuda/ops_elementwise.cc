@@ -74,7 +74,7 @@ absl::Status CudaBackend::Add(const Tensor& a, const Tensor& b, const Tensor& ou
 absl::Status CudaBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
   RETURN_IF_ERROR(CheckBf16Rows("SiluMul", {&gate, &up, &out}));
   return Launched("SiluMul", LaunchSiluMul(AsRows(gate), AsRows(up), AsRows(out), stream_,
-                                                 options_.pdl));
+                                                 options_.pdl_decode_kernels));
 }
 
 absl::Status CudaBackend::GeluTanh(const Tensor& x, const Tensor& out) {

@@ -31,7 +31,7 @@ absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float e
                       .out = AsRows(out),
                       .weight = weight.data,
                       .eps = eps,
-                      .pdl = options_.pdl};
+                      .pdl = options_.pdl_decode_kernels};
   return Launched("RmsNorm", LaunchRmsNorm(args, stream_));
 }
 
@@ -48,7 +48,7 @@ absl::Status CudaBackend::AddRmsNorm(const Tensor& x, const Tensor& residual, co
                 .out = AsRows(out),
                 .weight = weight.data,
                 .eps = eps,
-                .pdl = options_.pdl};
+                .pdl = options_.pdl_decode_kernels};
   return Launched(kOp, LaunchRmsNorm(args, stream_));
 }
 

@@ -30,6 +30,15 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 #endif
 }
 
+// The start of a kernel that may be a PDL launch and may be followed by one: waits for the
+// previous kernel, then lets the next one launch. Triggering only after the wait keeps at most
+// one kernel launched ahead; triggering first let whole chains of small kernels launch early and
+// hold SM slots while the GEMVs streamed (measured 12 % slower at batch 1).
+__device__ __forceinline__ void PdlBegin() {
+  PdlWait();
+  PdlLaunchDependents();
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
 // when `pdl` (the kernel must keep the contract above).
 template <typename... Params, typename... Args>

@@ -23,8 +23,7 @@ constexpr int kThreads = kWarps * kWarpSize;
 template <int kPerLane>  // head_dim / 32
 __global__ void __launch_bounds__(kThreads)
     QkNormRopeWriteKvKernel(const __grid_constant__ QkNormRopeArgs a) {
-  PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
-  PdlWait();  // launched with PDL: the previous kernel's outputs are ready from here
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   constexpr int kDim = kPerLane * kWarpSize;
   constexpr int kHalfLanes = kPerLane / 2;  // j < kHalfLanes: first halves of the pairs
   const int64_t t = blockIdx.x;

@@ -327,6 +327,7 @@ TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
                                                 .fuse_qk_norm_rope = true};
   kernels::cuda::CudaBackendOptions with_pdl = plain;
   with_pdl.pdl = true;
+  with_pdl.pdl_decode_kernels = true;
   auto direct = kernels::cuda::CudaBackend::Create(plain);
   auto graphed = kernels::cuda::CudaBackend::Create(with_pdl);
   ASSERT_TRUE(direct.ok() && graphed.ok());
