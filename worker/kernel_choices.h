@@ -20,7 +20,7 @@ struct KernelChoices {
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
-  std::string pdl = "gemv";        // which kernels launch while their predecessor runs
+  std::string pdl = "all";         // which kernels launch while their predecessor runs
 };
 
 inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
