@@ -378,7 +378,7 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   }
   {
     // The previous step's tokens go out while the device runs this one.
-    ScopedPhase timed(phases_, StepPhase::kOutput);
+    ScopedPhase timed(phases_, StepPhase::kStream);
     FlushOutbox();
   }
   if (!plan.HasWork()) return absl::OkStatus();
@@ -429,7 +429,7 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   }
   std::vector<kernels::SampleRowResult> sampled(specs.size());
   if (pending.rows > 0) RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
-  timed.emplace(phases_, StepPhase::kOutput);
+  timed.emplace(phases_, StepPhase::kResults);
 
   StepResult result{.step_id = plan.step_id};
   for (size_t i = 0; i < plan.seqs.size(); ++i) {

@@ -14,13 +14,13 @@ std::optional<std::string> StepPhaseTimes::Report(Clock::time_point now, Clock::
   };
   std::string line = absl::StrFormat(
       "engine: %d steps in %.1f s (%.1f/s, %.1f seqs and %.1f tokens each); per step: schedule "
-      "%.3f ms, prepare %.3f ms, forward (host) %.3f ms, sample (incl. device wait) %.3f ms, "
-      "output %.3f ms",
+      "%.3f ms, prepare %.3f ms, forward (host) %.3f ms, stream %.3f ms, sample (incl. device "
+      "wait) %.3f ms, results %.3f ms",
       steps_, seconds, static_cast<double>(steps_) / seconds,
       static_cast<double>(seqs_) / static_cast<double>(steps_),
       static_cast<double>(tokens_) / static_cast<double>(steps_), per_step(StepPhase::kSchedule),
-      per_step(StepPhase::kPrepare), per_step(StepPhase::kForward), per_step(StepPhase::kSample),
-      per_step(StepPhase::kOutput));
+      per_step(StepPhase::kPrepare), per_step(StepPhase::kForward), per_step(StepPhase::kStream),
+      per_step(StepPhase::kSample), per_step(StepPhase::kResults));
   window_start_ = now;
   sums_ = {};
   steps_ = seqs_ = tokens_ = 0;

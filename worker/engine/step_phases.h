@@ -12,8 +12,11 @@
 
 namespace xserv::engine {
 
-enum class StepPhase { kSchedule, kPrepare, kForward, kSample, kOutput };
-inline constexpr int kNumStepPhases = 5;
+// kStream: the previous step's tokens handed to their streams while the device runs this one;
+// kResults: after the device finished, this step's results built and the scheduler updated
+// (host time no device work overlaps).
+enum class StepPhase { kSchedule, kPrepare, kForward, kStream, kSample, kResults };
+inline constexpr int kNumStepPhases = 6;
 
 class StepPhaseTimes {
  public:

@@ -120,6 +120,8 @@ absl::StatusOr<std::unique_ptr<PeerGroup>> PeerGroup::Create(int rank, int world
   }
   if (!local.ok()) spdlog::warn("peer all-reduce off: rank {}: {}", rank, local.ToString());
   if (!all_ok) return std::unique_ptr<PeerGroup>();
+  spdlog::info("peer all-reduce on: rank {} of {}, messages up to {} bytes", rank, world,
+               b.half_bytes);
   return group;
 }
 

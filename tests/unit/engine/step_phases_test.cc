@@ -22,7 +22,8 @@ TEST(StepPhaseTimes, ReportsPerStepAveragesOncePerWindow) {
   times.CountStep(8, 8);
   times.Add(StepPhase::kSchedule, milliseconds(4));
   times.Add(StepPhase::kSample, milliseconds(10));
-  times.Add(StepPhase::kOutput, milliseconds(1));
+  times.Add(StepPhase::kResults, milliseconds(1));
+  times.Add(StepPhase::kStream, milliseconds(3));
   times.CountStep(4, 132);
   EXPECT_FALSE(times.Report(t0 + seconds(9), seconds(10)).has_value()) << "window not over";
   const std::optional<std::string> line = times.Report(t0 + seconds(10), seconds(10));
@@ -33,7 +34,8 @@ TEST(StepPhaseTimes, ReportsPerStepAveragesOncePerWindow) {
   EXPECT_NE(line->find("schedule 3.000 ms"), std::string::npos) << *line;
   EXPECT_NE(line->find("prepare 0.000 ms"), std::string::npos) << *line;
   EXPECT_NE(line->find("sample (incl. device wait) 20.000 ms"), std::string::npos) << *line;
-  EXPECT_NE(line->find("output 0.500 ms"), std::string::npos) << *line;
+  EXPECT_NE(line->find("stream 1.500 ms"), std::string::npos) << *line;
+  EXPECT_NE(line->find("results 0.500 ms"), std::string::npos) << *line;
   // The next window starts empty: no report without a step, averages of its own steps only.
   EXPECT_FALSE(times.Report(t0 + seconds(30), seconds(10)).has_value());
   times.Add(StepPhase::kForward, milliseconds(6));
