@@ -20,6 +20,12 @@ Tensor HeadView(const Tensor& x, int64_t h) {
 
 bool Backend::TakesStridedQkNormRope(int64_t /*head_dim*/) const { return false; }
 
+absl::Status Backend::SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
+                                    const Tensor& out) {
+  RETURN_IF_ERROR(SiluMul(gate, up, gate));
+  return Matmul(gate, w, nullptr, out);
+}
+
 absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const QkNormRope& p, const KvLayer& kv,
                                         const Tensor& slot_mapping) {

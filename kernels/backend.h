@@ -177,6 +177,12 @@ class Backend {
   // ---- activations ----------------------------------------------------------------------------
   // out = silu(gate) * up; [R, I] each (gate/up may be strided column slices).
   virtual absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // A gated MLP's down projection: out = act · w^T with act = silu(gate) * up rounded as SiluMul
+  // rounds it, so the result equals SiluMul then Matmul bit for bit. gate may be overwritten with
+  // act (the default runs exactly those two ops, writing act into gate); a backend may instead
+  // compute act where the matmul reads it (CUDA: in the single-row GEMV's staging of x).
+  virtual absl::Status SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
+                                     const Tensor& out);
   // GELU, tanh approximation (GPT-2's gelu_new); out may alias x.
   virtual absl::Status GeluTanh(const Tensor& x, const Tensor& out) = 0;
 

@@ -17,6 +17,7 @@ struct KernelChoices {
   bool flash_prefill = true;       // tensor-core prefill attention
   bool decode_attention = true;    // GQA-packed tensor-core decode attention
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
+  bool fuse_silu_gemv = false;     // SiluMul computed in the single-row down-projection GEMV
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
@@ -35,6 +36,11 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
   app.add_option("--fuse-qk-norm-rope", k.fuse_qk_norm_rope,
                  "cuda: q/k norms, rotary embedding and the KV write as one kernel per layer "
                  "(bit-identical to the separate ops), q/k/v stacked into one projection")
+      ->capture_default_str();
+  app.add_option("--fuse-silu-gemv", k.fuse_silu_gemv,
+                 "cuda, staged (not yet run on a GPU): at batch 1 the MLP's silu(gate) * up is "
+                 "computed by the down projection's GEMV while it stages its input (bit-identical "
+                 "to the separate kernel)")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
@@ -72,6 +78,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .flash_prefill = k.flash_prefill,
           .decode_attention = k.decode_attention,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
+          .fuse_silu_gemv = k.fuse_silu_gemv,
           .fp8_w8a8 = k.fp8_w8a8};
 }
 #endif

@@ -61,6 +61,12 @@ __device__ __forceinline__ uint4 PackBf16x8(const float* in) {
 }
 inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// A gated MLP's activation, silu(g) * u: one formula for the SiluMul kernels (elementwise.cu)
+// and the GEMV that computes it while staging its input (gemv.cu), which must agree bit for bit.
+struct SiluMulOp {
+  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+};
+
 // RMSNorm's 1 / rms of a row of n values from their sum of squares, and RoPE's rotation of a
 // pair: one formula each for the separate kernels (norm.cu, rope.cu) and the fused one
 // (qk_norm_rope.cu), which must agree with them bit for bit.

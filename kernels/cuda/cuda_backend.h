@@ -54,6 +54,9 @@ struct CudaBackendOptions {
   bool decode_attention = false;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
+  // SiluMulMatmul at one row as one GEMV that computes silu(gate) * up while staging its input
+  // (gemv.h, GemvArgs::x_up) instead of the SiluMul kernel and then the GEMV; needs gemv.
+  bool fuse_silu_gemv = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
@@ -117,6 +120,8 @@ class CudaBackend final : public Backend {
                          const AttentionParams& params, const Tensor& out) override;
 
   absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  absl::Status SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
+                             const Tensor& out) override;
   absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
 
   absl::Status RouterTopK(const Tensor& logits, const Tensor& ids, const Tensor& weights) override;

@@ -24,9 +24,6 @@ using bf16 = __nv_bfloat16;
 struct AddOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
-struct SiluMulOp {
-  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
-};
 
 // out[r, c] = op(a[r, c], b[r, c]) over bf16 rows.
 template <typename Op>

@@ -51,7 +51,8 @@ __device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
 
 // kFp8: the weights are E4M3 codes with block scales (16 per 16-byte load); each load's partial
 // dot product is scaled by its block's scale in fp32 before it joins the sum.
-template <int kRows, int kCols, int kUnroll, bool kFp8>
+// kSiluX: the input is silu(x) * x_up (GemvArgs::x_up), made while staging.
+template <int kRows, int kCols, int kUnroll, bool kFp8, bool kSiluX>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
   extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16
   constexpr int kPerLoad = kFp8 ? 16 : kChunk;  // weights per 16-byte load
@@ -82,7 +83,20 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
   const int x_chunks = a.k / kChunk;
   for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {
     const int r = i / x_chunks, c = i % x_chunks;
-    s_x[i] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
+    const uint4 raw =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
+    if constexpr (kSiluX) {
+      float g[kChunk], u[kChunk];
+      UnpackBf16x8(raw, g);
+      UnpackBf16x8(
+          reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x_up) + r * a.ldx)[c],
+          u);
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) g[e] = SiluMulOp{}(g[e], u[e]);
+      s_x[i] = PackBf16x8(g);
+    } else {
+      s_x[i] = raw;
+    }
   }
   __syncthreads();
 
@@ -168,9 +182,9 @@ int SmCount() {
   return sms;
 }
 
-template <int kRows, int kCols, int kUnroll, bool kFp8>
+template <int kRows, int kCols, int kUnroll, bool kFp8, bool kSiluX>
 cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8>;
+  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kSiluX>;
   const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kGemvMaxSharedBytes);
       err != cudaSuccess) {
@@ -192,17 +206,17 @@ cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
 }
 
 // The tiles a launch may take: kCols columns per warp, kUnroll loads of each in flight.
-template <int kRows, bool kFp8>
+template <int kRows, bool kFp8, bool kSiluX = false>
 cudaError_t LaunchTile(const GemvArgs& a, int cols, int unroll, cudaStream_t stream) {
-  if (cols == 1 && unroll == 4) return LaunchWith<kRows, 1, 4, kFp8>(a, stream);
-  if (cols == 1 && unroll == 8) return LaunchWith<kRows, 1, 8, kFp8>(a, stream);
-  if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8>(a, stream);
-  if (cols == 4 && unroll == 2) return LaunchWith<kRows, 4, 2, kFp8>(a, stream);
-  if (cols == 4 && unroll == 4) return LaunchWith<kRows, 4, 4, kFp8>(a, stream);
+  if (cols == 1 && unroll == 4) return LaunchWith<kRows, 1, 4, kFp8, kSiluX>(a, stream);
+  if (cols == 1 && unroll == 8) return LaunchWith<kRows, 1, 8, kFp8, kSiluX>(a, stream);
+  if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8, kSiluX>(a, stream);
+  if (cols == 4 && unroll == 2) return LaunchWith<kRows, 4, 2, kFp8, kSiluX>(a, stream);
+  if (cols == 4 && unroll == 4) return LaunchWith<kRows, 4, 4, kFp8, kSiluX>(a, stream);
   return cudaErrorInvalidValue;
 }
 
-template <int kRows, bool kFp8>
+template <int kRows, bool kFp8, bool kSiluX = false>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   // Measured on an H200 over Qwen3-8B and gpt-oss-20b projections (xserv-gemv-bench,
   // docs/benchmarks/README.md): one bf16 row streams best with one column per warp and four
@@ -211,7 +225,7 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   const bool one_column = kRows == 1 && !kFp8;
   const int cols = a.tile_cols != 0 ? a.tile_cols : (one_column ? 1 : 2);
   const int unroll = a.tile_unroll != 0 ? a.tile_unroll : 4;
-  return LaunchTile<kRows, kFp8>(a, cols, unroll, stream);
+  return LaunchTile<kRows, kFp8, kSiluX>(a, cols, unroll, stream);
 }
 
 template <bool kFp8>
@@ -235,7 +249,8 @@ bool GemvSupports(const GemvArgs& a) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool fp8_ok = a.scales == nullptr ||
                       (a.k % 16 == 0 && a.block >= 16 && a.block % 16 == 0 && a.ldw % 16 == 0);
-  return fp8_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.k >= kChunk && a.k % kChunk == 0 &&
+  const bool silu_ok = a.x_up == nullptr || (a.m == 1 && a.scales == nullptr && aligned(a.x_up));
+  return fp8_ok && silu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.k >= kChunk && a.k % kChunk == 0 &&
          a.ldx % kChunk == 0 && a.ldw % kChunk == 0 && aligned(a.x) && aligned(a.w) &&
          static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes &&
          (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&
@@ -243,6 +258,10 @@ bool GemvSupports(const GemvArgs& a) {
 }
 
 cudaError_t LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
+  if (a.x_up != nullptr) {
+    return a.m == 1 && a.scales == nullptr ? Launch<1, false, true>(a, stream)
+                                           : cudaErrorInvalidValue;
+  }
   return a.scales != nullptr ? LaunchRows<true>(a, stream) : LaunchRows<false>(a, stream);
 }
 

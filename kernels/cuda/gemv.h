@@ -34,6 +34,9 @@ struct GemvArgs {
   const float* scales = nullptr;
   int64_t scale_cols = 0;
   int block = 0;
+  // Non-null: the matmul's input is silu(x) * x_up (bf16 [m, k], row stride ldx, m = 1, bf16
+  // weights), computed while x is staged exactly as the SiluMul kernel computes and rounds it.
+  const void* x_up = nullptr;
   // Launch with programmatic dependent launch (pdl.cuh): the first weight loads overlap the
   // previous kernel.
   bool pdl = false;

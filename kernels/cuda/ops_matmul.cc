@@ -84,6 +84,45 @@ absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor*
                          static_cast<double>(call.n * call.k) * 2);
 }
 
+absl::Status CudaBackend::SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
+                                        const Tensor& out) {
+  constexpr const char* kOp = "SiluMulMatmul";
+  const bool one_row = gate.rank == 2 && gate.dim(0) == 1;
+  if (!options_.fuse_silu_gemv || !options_.gemv || options_.batch_invariant || !one_row) {
+    return Backend::SiluMulMatmul(gate, up, w, out);
+  }
+  RETURN_IF_ERROR(ExpectCuda(kOp, "w", w));
+  RETURN_IF_ERROR(ExpectDType(kOp, "w", w, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(kOp, "w", w, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "w", w));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "up", up));
+  RETURN_IF_ERROR(ExpectDType(kOp, "up", up, DType::kBF16));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, gate, up));
+  GemmCall call;
+  RETURN_IF_ERROR(CheckMatmulIo(kOp, gate, w.dim(0), nullptr, out, call));
+  RETURN_IF_ERROR(ExpectDim(kOp, "w", w, 1, gate.dim(1)));
+  ASSIGN_OR_RETURN(call.ldw, LeadingDim(kOp, "w", w));
+  ASSIGN_OR_RETURN(const int64_t ld_up, LeadingDim(kOp, "up", up));
+  if (ld_up != call.ldx) return Backend::SiluMulMatmul(gate, up, w, out);  // one stride for both
+  const GemvArgs gemv{.x = gate.data,
+                      .ldx = call.ldx,
+                      .w = w.data,
+                      .ldw = call.ldw,
+                      .out = call.out,
+                      .ldo = call.ldo,
+                      .out_type = call.out_type,
+                      .m = 1,
+                      .n = static_cast<int>(call.n),
+                      .k = static_cast<int>(call.k),
+                      .x_up = up.data,
+                      .pdl = options_.pdl};
+  if (call.n > INT32_MAX || call.k > INT32_MAX || !GemvSupports(gemv)) {
+    return Backend::SiluMulMatmul(gate, up, w, out);
+  }
+  return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), call.n, call.k,
+                         static_cast<double>(call.n * call.k) * 2);
+}
+
 absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
                                     const Tensor& out) {
   constexpr const char* kOp = "MatmulFp8";

@@ -12,6 +12,7 @@
 #include "common/safetensors/float_convert.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/fp8.h"
 #include "tests/gpu/cuda_test_util.h"
@@ -119,6 +120,60 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
     cudaFree(w_dev);
     cudaFree(scales_dev);
     cudaFree(out_dev);
+  }
+}
+
+// GemvArgs::x_up: silu(gate) * up computed while the GEMV stages its input equals the SiluMul
+// kernel's output fed to the plain GEMV, bit for bit, in every tile and with PDL.
+TEST(GemvSiluInput, EqualsTheSiluMulKernelThenTheGemv) {
+  auto info = xserv::cuda::QueryRuntime();
+  ASSERT_TRUE(info.ok()) << info.status();
+  if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
+  for (const Shape& s : {Shape{1, 4096, 12288}, Shape{1, 37, 1000}}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " k=" << s.k);
+    std::mt19937 rng(static_cast<uint32_t>(s.n + s.k));
+    // gate and up side by side in one row, as the MLP's gate_up projection writes them.
+    const std::vector<float> gate_up = RandomBf16(2 * static_cast<size_t>(s.k), rng, -4.0f, 4.0f);
+    const std::vector<float> w = RandomBf16(static_cast<size_t>(s.n) * s.k, rng, -0.1f, 0.1f);
+    uint16_t* gu = Upload(ToBf16(gate_up));
+    void* w_dev = Upload(ToBf16(w));
+    uint16_t* act = nullptr;
+    float* want = nullptr;
+    float* got = nullptr;
+    const size_t out_bytes = static_cast<size_t>(s.n) * sizeof(float);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&act), s.k * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&want), out_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&got), out_bytes), cudaSuccess);
+    const RowsView gate_rows{gu, 1, s.k, 2 * s.k}, up_rows{gu + s.k, 1, s.k, 2 * s.k};
+    ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, RowsView{act, 1, s.k, s.k}, nullptr), cudaSuccess);
+    GemvArgs plain{.x = act, .ldx = s.k, .w = w_dev, .ldw = s.k, .out = want, .ldo = s.n,
+                   .out_type = ElemType::kF32, .m = 1, .n = s.n, .k = s.k};
+    ASSERT_EQ(LaunchGemv(plain, nullptr), cudaSuccess);
+    std::vector<float> expected(s.n), actual(s.n);
+    ASSERT_EQ(cudaMemcpy(expected.data(), want, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (const Tile& tile : kTiles) {
+      for (const bool pdl : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "tile " << tile.cols << "x" << tile.unroll
+                                          << (pdl ? " pdl" : ""));
+        ASSERT_EQ(cudaMemset(got, 0xff, out_bytes), cudaSuccess);
+        GemvArgs fused = plain;
+        fused.x = gu;
+        fused.ldx = 2 * s.k;
+        fused.x_up = gu + s.k;
+        fused.out = got;
+        fused.pdl = pdl;
+        fused.tile_cols = tile.cols;
+        fused.tile_unroll = tile.unroll;
+        ASSERT_TRUE(GemvSupports(fused));
+        ASSERT_EQ(LaunchGemv(fused, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(actual.data(), got, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(std::memcmp(actual.data(), expected.data(), out_bytes), 0);
+      }
+    }
+    for (void* p : {static_cast<void*>(gu), w_dev, static_cast<void*>(act),
+                    static_cast<void*>(want), static_cast<void*>(got)}) {
+      cudaFree(p);
+    }
   }
 }
 

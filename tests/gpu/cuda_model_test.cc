@@ -318,7 +318,8 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
 
 // Programmatic dependent launch (the worker's default) changes when kernels start, never what
 // they compute: decode steps replayed from graphs with it equal direct steps without it, bit for
-// bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention).
+// bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention); so does
+// computing SiluMul in the down projection's GEMV (--fuse-silu-gemv).
 TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
   const kernels::cuda::CudaBackendOptions plain{.device = 0,
                                                 .gemv = true,
@@ -328,6 +329,7 @@ TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
   kernels::cuda::CudaBackendOptions with_pdl = plain;
   with_pdl.pdl = true;
   with_pdl.pdl_decode_kernels = true;
+  with_pdl.fuse_silu_gemv = true;  // also bit-identical (one sequence's steps take it)
   auto direct = kernels::cuda::CudaBackend::Create(plain);
   auto graphed = kernels::cuda::CudaBackend::Create(with_pdl);
   ASSERT_TRUE(direct.ok() && graphed.ok());

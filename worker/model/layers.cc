@@ -353,11 +353,14 @@ absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tenso
   const Tensor gate_up = ws.gate_up.view().SliceRows(0, tokens);
   const int64_t inter = w.gate_up.rows() / 2;
   RETURN_IF_ERROR(RunLinear(backend, normed, w.gate_up, nullptr, gate_up));
-  // gate and up are the halves of each row; silu(gate) * up overwrites the gate half.
+  // gate and up are the halves of each row; silu(gate) * up overwrites the gate half (or, for
+  // bf16 weights, is computed where the down projection reads it: Backend::SiluMulMatmul).
   const Tensor gate = gate_up.SliceLast(0, inter);
   const Tensor up = gate_up.SliceLast(inter, 2 * inter);
+  const Tensor out = ws.block_out.view().SliceRows(0, tokens);
+  if (w.down.codes.empty()) return backend.SiluMulMatmul(gate, up, w.down.dense.view(), out);
   RETURN_IF_ERROR(backend.SiluMul(gate, up, gate));
-  return RunLinear(backend, gate, w.down, nullptr, ws.block_out.view().SliceRows(0, tokens));
+  return RunLinear(backend, gate, w.down, nullptr, out);
 }
 
 VocabShard VocabShard::Of(const ModelConfig& config, const TpShard& tp) {
