@@ -590,12 +590,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--peer-all-reduce-max-bytes", f.peer_all_reduce_max_bytes,
                  "cuda, TP: bf16 all-reduces of at most this many bytes run over buffers the "
-                 "GPUs map from each other (CUDA IPC) instead of NCCL; 0: NCCL only; every rank "
-                 "must pass the same value")
+                 "GPUs map from each other (CUDA IPC) instead of NCCL; 0: NCCL only; ranks with "
+                 "other values fall back to NCCL")
       ->capture_default_str();
   app.add_option("--peer-one-shot-max-bytes", f.peer_one_shot_max_bytes,
                  "cuda, TP: peer all-reduces up to this size read every rank's whole message "
-                 "(one-shot), larger ones reduce a slice each and gather (two-shot)")
+                 "(one-shot), larger ones reduce a slice each and gather (two-shot); ranks with "
+                 "other values fall back to NCCL")
       ->capture_default_str();
   app.add_option("--tp-cuda-graphs", f.tp_cuda_graphs,
                  "cuda: decode graphs on tensor-parallel replicas too (NCCL all-reduces "

@@ -309,7 +309,7 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
                         .m = static_cast<int>(c.m),
                         .n = static_cast<int>(c.n),
                         .k = static_cast<int>(c.k),
-                        .pdl = options_.pdl};
+                        .pdl = options_.pdl && !c.w_from_stream};
     if (c.n <= INT32_MAX && c.k <= INT32_MAX && GemvSupports(gemv)) {
       RETURN_IF_CUDA_ERROR(LaunchGemv(gemv, stream));
       return absl::OkStatus();

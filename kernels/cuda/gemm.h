@@ -41,6 +41,9 @@ struct GemmCall {
   const void* bias = nullptr;  // [n] of bias_type, or null
   ElemType bias_type = ElemType::kBF16;
   int64_t m = 0, n = 0, k = 0;
+  // w was written by earlier work on the stream (an FP8 weight decoded into scratch): a PDL
+  // launch must not read it before its wait, so the GEMV does not prefetch it (GemmOptions::pdl).
+  bool w_from_stream = false;
 };
 
 // One W8A8 GEMM in row-major terms, on cuBLASLt's FP8 block scaling (sm_90):

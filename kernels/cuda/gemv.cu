@@ -250,7 +250,8 @@ bool GemvSupports(const GemvArgs& a) {
   const bool fp8_ok = a.scales == nullptr ||
                       (a.k % 16 == 0 && a.block >= 16 && a.block % 16 == 0 && a.ldw % 16 == 0);
   const bool silu_ok = a.x_up == nullptr || (a.m == 1 && a.scales == nullptr && aligned(a.x_up));
-  return fp8_ok && silu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.k >= kChunk && a.k % kChunk == 0 &&
+  // n bounded well inside int: the grid-stride loop adds a stride to a column index.
+  return fp8_ok && silu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.n <= (1 << 30) && a.k >= kChunk && a.k % kChunk == 0 &&
          a.ldx % kChunk == 0 && a.ldw % kChunk == 0 && aligned(a.x) && aligned(a.w) &&
          static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes &&
          (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&

@@ -97,6 +97,7 @@ absl::Status CudaBackend::SiluMulMatmul(const Tensor& gate, const Tensor& up, co
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "w", w));
   RETURN_IF_ERROR(ExpectCuda(kOp, "up", up));
   RETURN_IF_ERROR(ExpectDType(kOp, "up", up, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "up", up));
   RETURN_IF_ERROR(ExpectSameShape(kOp, gate, up));
   GemmCall call;
   RETURN_IF_ERROR(CheckMatmulIo(kOp, gate, w.dim(0), nullptr, out, call));
@@ -179,6 +180,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                                                     fp8_weight_.view().data, stream_)));
   call.w = fp8_weight_.view().data;
   call.ldw = k;
+  call.w_from_stream = true;
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return LaunchedWeights(kOp, cudaGetLastError(), n, k, static_cast<double>(n * k) * 2);
 }

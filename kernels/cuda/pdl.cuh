@@ -5,7 +5,8 @@
 // where those gaps add up (docs/benchmarks/README.md).
 //
 // Contract of a kernel launched through LaunchMaybePdl(..., pdl = true): before PdlWait() it only
-// reads memory no earlier kernel of the stream writes and writes nothing. PdlWait() returns once
+// reads memory no earlier work of the stream writes (model weights; not a weight decoded into
+// scratch by the previous kernel: GemmCall::w_from_stream) and writes nothing. PdlWait() returns once
 // every earlier kernel has completed and its writes are visible (not merely triggered), so what
 // follows is ordered as after a plain launch. Kernels that the next kernel may overlap call
 // PdlLaunchDependents() early; it only lets the dependent be scheduled. Both are no-ops when the

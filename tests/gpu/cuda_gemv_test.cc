@@ -57,8 +57,10 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
   constexpr int kBlock = 128;
   // n: partial column groups for every tile; k: chunks not a multiple of 32 lanes (FP8 needs
   // k a multiple of 16); 12288: the down projection's k at m = 3 (x fills 72 KB of shared memory).
+  // n = 40000: more column groups than the resident grid has warps, so warps take a second
+  // group (the grid-stride loop's reloads); k = 64: lanes that never enter the k loop.
   const Shape shapes[] = {{1, 1000, 4096}, {3, 37, 144}, {8, 300, 1024}, {2, 4097, 528},
-                          {3, 96, 12288}, {5, 1, 256}};
+                          {3, 96, 12288},  {5, 1, 256},  {1, 40000, 64}, {2, 40000, 144}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
     std::mt19937 rng(static_cast<uint32_t>(s.n * 7 + s.k));
@@ -85,23 +87,42 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
     float* scales_dev = fp8 ? Upload(q.scale_inv) : nullptr;
     float* out_dev = nullptr;
     const size_t out_bytes = expected.size() * sizeof(float);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_bytes), cudaSuccess);
+    constexpr size_t kGuard = 64;  // floats after the output that must stay untouched
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_bytes + kGuard * 4), cudaSuccess);
 
     std::vector<float> first;
     for (const Tile& tile : kTiles) {
       for (const bool pdl : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "tile " << tile.cols << "x" << tile.unroll
-                                          << (pdl ? " pdl" : ""));
-        ASSERT_EQ(cudaMemset(out_dev, 0xff, out_bytes), cudaSuccess);  // NaN until written
-        GemvArgs a{.x = x_dev, .ldx = s.k, .w = w_dev, .ldw = s.k, .out = out_dev, .ldo = s.n,
-                   .out_type = ElemType::kF32, .m = s.m, .n = s.n, .k = s.k,
-                   .scales = scales_dev, .scale_cols = (s.k + kBlock - 1) / kBlock,
-                   .block = fp8 ? kBlock : 0, .pdl = pdl, .tile_cols = tile.cols,
+        SCOPED_TRACE(::testing::Message()
+                     << "tile " << tile.cols << "x" << tile.unroll << (pdl ? " pdl" : ""));
+        ASSERT_EQ(cudaMemset(out_dev, 0xff, out_bytes + kGuard * 4), cudaSuccess);  // NaN
+        GemvArgs a{.x = x_dev,
+                   .ldx = s.k,
+                   .w = w_dev,
+                   .ldw = s.k,
+                   .out = out_dev,
+                   .ldo = s.n,
+                   .out_type = ElemType::kF32,
+                   .m = s.m,
+                   .n = s.n,
+                   .k = s.k,
+                   .scales = scales_dev,
+                   .scale_cols = (s.k + kBlock - 1) / kBlock,
+                   .block = fp8 ? kBlock : 0,
+                   .pdl = pdl,
+                   .tile_cols = tile.cols,
                    .tile_unroll = tile.unroll};
         ASSERT_TRUE(GemvSupports(a));
         ASSERT_EQ(LaunchGemv(a, nullptr), cudaSuccess);
-        std::vector<float> out(expected.size());
-        ASSERT_EQ(cudaMemcpy(out.data(), out_dev, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        std::vector<float> out(expected.size() + kGuard);
+        ASSERT_EQ(cudaMemcpy(out.data(), out_dev, out_bytes + kGuard * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        for (size_t g = expected.size(); g < out.size(); ++g) {
+          uint32_t bits;
+          std::memcpy(&bits, &out[g], 4);
+          ASSERT_EQ(bits, 0xffffffffu) << "written past the output at " << g;
+        }
+        out.resize(expected.size());
         if (first.empty()) {
           double worst = 0, scale = 0;
           for (size_t i = 0; i < out.size(); ++i) {
@@ -145,17 +166,44 @@ TEST(GemvSiluInput, EqualsTheSiluMulKernelThenTheGemv) {
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&want), out_bytes), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&got), out_bytes), cudaSuccess);
     const RowsView gate_rows{gu, 1, s.k, 2 * s.k}, up_rows{gu + s.k, 1, s.k, 2 * s.k};
-    ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, RowsView{act, 1, s.k, s.k}, nullptr), cudaSuccess);
-    GemvArgs plain{.x = act, .ldx = s.k, .w = w_dev, .ldw = s.k, .out = want, .ldo = s.n,
-                   .out_type = ElemType::kF32, .m = 1, .n = s.n, .k = s.k};
-    ASSERT_EQ(LaunchGemv(plain, nullptr), cudaSuccess);
+    const RowsView act_rows{act, 1, s.k, s.k};
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, act_rows, stream), cudaSuccess);
+    GemvArgs plain{.x = act,
+                   .ldx = s.k,
+                   .w = w_dev,
+                   .ldw = s.k,
+                   .out = want,
+                   .ldo = s.n,
+                   .out_type = ElemType::kF32,
+                   .m = 1,
+                   .n = s.n,
+                   .k = s.k};
+    ASSERT_EQ(LaunchGemv(plain, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     std::vector<float> expected(s.n), actual(s.n);
     ASSERT_EQ(cudaMemcpy(expected.data(), want, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    // The PDL chain as the decode path runs it: the activation's producer and its GEMV launched
+    // back to back on one stream (the GEMV may start while SiluMul runs), after the activation
+    // was poisoned, 20 times.
+    for (int rep = 0; rep < 20; ++rep) {
+      ASSERT_EQ(cudaMemsetAsync(act, 0xff, s.k * 2, stream), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(got, 0xff, out_bytes, stream), cudaSuccess);
+      ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, act_rows, stream, /*pdl=*/true), cudaSuccess);
+      GemvArgs chained = plain;
+      chained.out = got;
+      chained.pdl = true;
+      ASSERT_EQ(LaunchGemv(chained, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(actual.data(), got, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(std::memcmp(actual.data(), expected.data(), out_bytes), 0) << "PDL chain " << rep;
+    }
     for (const Tile& tile : kTiles) {
       for (const bool pdl : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "tile " << tile.cols << "x" << tile.unroll
-                                          << (pdl ? " pdl" : ""));
-        ASSERT_EQ(cudaMemset(got, 0xff, out_bytes), cudaSuccess);
+        SCOPED_TRACE(::testing::Message()
+                     << "tile " << tile.cols << "x" << tile.unroll << (pdl ? " pdl" : ""));
+        ASSERT_EQ(cudaMemsetAsync(got, 0xff, out_bytes, stream), cudaSuccess);
         GemvArgs fused = plain;
         fused.x = gu;
         fused.ldx = 2 * s.k;
@@ -165,7 +213,8 @@ TEST(GemvSiluInput, EqualsTheSiluMulKernelThenTheGemv) {
         fused.tile_cols = tile.cols;
         fused.tile_unroll = tile.unroll;
         ASSERT_TRUE(GemvSupports(fused));
-        ASSERT_EQ(LaunchGemv(fused, nullptr), cudaSuccess);
+        ASSERT_EQ(LaunchGemv(fused, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(actual.data(), got, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
         EXPECT_EQ(std::memcmp(actual.data(), expected.data(), out_bytes), 0);
       }
@@ -174,6 +223,7 @@ TEST(GemvSiluInput, EqualsTheSiluMulKernelThenTheGemv) {
                     static_cast<void*>(want), static_cast<void*>(got)}) {
       cudaFree(p);
     }
+    cudaStreamDestroy(stream);
   }
 }
 

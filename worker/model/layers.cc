@@ -193,19 +193,22 @@ void StackQkv(Backend& backend, WeightLoader& loader, const std::string& prefix,
 
 // FP8 q, k and v as one FP8 [q + 2 kv, H] projection, as FP8 gate_up stacks (their codes and
 // scales stack row-wise when q's and k's rows end on a block edge and the blocks agree): at
-// batch 1 one GEMV instead of three, and the fused q/k norm then takes the strided slices. False
-// when they are not all FP8 (none taken then, or the FP8 ones uploaded one by one into w).
-bool TakeFp8Qkv(WeightLoader& loader, Backend& backend, const TpShard& tp, const std::string& p,
-                const std::vector<int64_t>& q_shape, const std::vector<int64_t>& kv_shape,
-                const TensorSlice& q_rows, const TensorSlice& kv_rows, AttentionWeights& w) {
+// batch 1 one GEMV instead of three, and the fused q/k norm then takes the strided slices.
+// Otherwise the FP8 ones are uploaded one by one into w. Returns which of q, k, v (bits 0, 1, 2)
+// it took from the loader, read or failed (the loader records a failed read): the caller takes
+// the others.
+int TakeFp8Qkv(WeightLoader& loader, Backend& backend, const TpShard& tp, const std::string& p,
+               const std::vector<int64_t>& q_shape, const std::vector<int64_t>& kv_shape,
+               const TensorSlice& q_rows, const TensorSlice& kv_rows, AttentionWeights& w) {
   const bool held = tp.sharded();
   std::optional<WeightLoader::Fp8HostWeight> q =
       loader.TakeFp8(p + "q_proj.weight", q_shape, held ? &q_rows : nullptr);
-  if (!q) return false;
+  if (!q) return 0;
   std::optional<WeightLoader::Fp8HostWeight> k =
       loader.TakeFp8(p + "k_proj.weight", kv_shape, held ? &kv_rows : nullptr);
   std::optional<WeightLoader::Fp8HostWeight> v =
       k ? loader.TakeFp8(p + "v_proj.weight", kv_shape, held ? &kv_rows : nullptr) : std::nullopt;
+  const int taken = 1 | (k ? 2 : 0) | (v ? 4 : 0);
   absl::Status status;
   const bool read = !q->codes.empty() && (!k || !k->codes.empty()) && (!v || !v->codes.empty());
   if (read && k && v && q->block == k->block && k->block == v->block &&
@@ -218,20 +221,18 @@ bool TakeFp8Qkv(WeightLoader& loader, Backend& backend, const TpShard& tp, const
     }
     w.qkv = UploadFp8(backend, all, status);
     if (!status.ok()) loader.RecordFailure(p + "qkv (stacked FP8)", status);
-    return true;
+    return taken;
   }
-  // Not stackable: the FP8 ones as they are (an unreadable one was recorded by the loader); the
-  // caller takes the rest.
   const auto upload = [&](const std::optional<WeightLoader::Fp8HostWeight>& fp8,
                           const char* name, LinearWeight& out) {
-    if (!fp8 || fp8->codes.empty()) return;
+    if (!fp8 || fp8->codes.empty()) return;  // not FP8, or its failed read already recorded
     out = UploadFp8(backend, *fp8, status);
     if (!status.ok()) loader.RecordFailure(p + name, status);
   };
   upload(q, "q_proj.weight", w.q);
   upload(k, "k_proj.weight", w.k);
   upload(v, "v_proj.weight", w.v);
-  return false;
+  return taken;
 }
 
 }  // namespace
@@ -246,18 +247,18 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
   const TensorSlice kv_rows = TpShard::Blocks(0, kv_begin, kv_end, c.head_dim);
   AttentionWeights w;
   const bool stack = backend.TakesStridedQkNormRope(c.head_dim);
-  const bool fp8_stacked = stack && TakeFp8Qkv(loader, backend, tp, p, {q_dim, c.hidden_size},
-                                               {kv_dim, c.hidden_size}, q_rows, kv_rows, w);
-  if (!fp8_stacked) {  // the ones TakeFp8Qkv did not take
-    if (w.q.empty()) {
-      w.q = TakeLinear(loader, backend, tp, p + "q_proj.weight", {q_dim, c.hidden_size}, q_rows);
-    }
-    if (w.k.empty()) {
-      w.k = TakeLinear(loader, backend, tp, p + "k_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
-    }
-    if (w.v.empty()) {
-      w.v = TakeLinear(loader, backend, tp, p + "v_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
-    }
+  const int taken = stack ? TakeFp8Qkv(loader, backend, tp, p, {q_dim, c.hidden_size},
+                                       {kv_dim, c.hidden_size}, q_rows, kv_rows, w)
+                          : 0;
+  const bool fp8_stacked = !w.qkv.empty();
+  if ((taken & 1) == 0) {
+    w.q = TakeLinear(loader, backend, tp, p + "q_proj.weight", {q_dim, c.hidden_size}, q_rows);
+  }
+  if ((taken & 2) == 0) {
+    w.k = TakeLinear(loader, backend, tp, p + "k_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
+  }
+  if ((taken & 4) == 0) {
+    w.v = TakeLinear(loader, backend, tp, p + "v_proj.weight", {kv_dim, c.hidden_size}, kv_rows);
   }
   w.o = TakeLinear(loader, backend, tp, p + "o_proj.weight", {c.hidden_size, q_dim},
                    tp.Split(1, q_dim));
@@ -268,12 +269,15 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
   }
   if (c.o_proj_bias) w.o_bias = TakeRowParallelBias(loader, tp, p + "o_proj.bias", c.hidden_size);
   if (stack && !fp8_stacked) StackQkv(backend, loader, p, w);
-  if (fp8_stacked && (!w.q_bias.empty() || !w.k_bias.empty() || !w.v_bias.empty())) {
-    absl::Status status;  // the biases stack as the dense projection's do
+  const int biases = !w.q_bias.empty() + !w.k_bias.empty() + !w.v_bias.empty();
+  if (fp8_stacked && biases == 3) {  // the biases stack as the dense projection's do
+    absl::Status status;
     w.qkv_bias = StackRows(backend, w.q_bias.view().dtype, {&w.q_bias, &w.k_bias, &w.v_bias},
                            status);
     if (!status.ok()) loader.RecordFailure(p + "qkv bias (stacked)", status);
     w.q_bias = {}, w.k_bias = {}, w.v_bias = {};
+  } else if (fp8_stacked && biases != 0) {
+    loader.RecordFailure(p + "qkv bias", absl::DataLossError("q, k, v biases: a partial set"));
   }
   if (c.qk_norm) {
     w.q_norm = loader.Take(p + "q_norm.weight", {c.head_dim});

@@ -24,15 +24,15 @@ ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMa
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int world_size, ncclComm_t comm, cudaStream_t stream, float* scratch,
-                   std::unique_ptr<PeerGroup> peers, int64_t peer_one_shot_max_bytes)
+                   std::unique_ptr<PeerGroup> peers)
       : rank_(rank),
         world_size_(world_size),
         comm_(comm),
         stream_(stream),
         scratch_(scratch),
-        peers_(std::move(peers)),
-        peer_one_shot_max_bytes_(peer_one_shot_max_bytes) {}
+        peers_(std::move(peers)) {}
   ~NcclCommunicator() override {
+    cudaStreamSynchronize(stream_);
     peers_.reset();
     ncclCommDestroy(comm_);
     cudaFree(scratch_);
@@ -45,11 +45,10 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllReduceTyped(void* data, size_t count, ElementType type, ReduceOp op) override {
     if (count == 0) return absl::OkStatus();
     const int64_t bytes = static_cast<int64_t>(count) * 2;
+    // Decided from the call alone, so every rank takes the same path.
     if (peers_ != nullptr && type == ElementType::kBF16 && op == ReduceOp::kSum &&
-        bytes <= peers_->max_bytes() && bytes % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(data) % 16 == 0) {
-      return peers_->AllReduceBf16(data, static_cast<int64_t>(count),
-                                   bytes > peer_one_shot_max_bytes_, stream_);
+        bytes <= peers_->max_bytes() && bytes % 16 == 0) {
+      return peers_->AllReduceBf16(data, static_cast<int64_t>(count), stream_);
     }
     const ncclDataType_t nccl_type = type == ElementType::kBF16 ? ncclBfloat16 : ncclFloat32;
     RETURN_IF_NCCL_ERROR(
@@ -96,7 +95,6 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   float* scratch_;  // one device float for Barrier
   std::unique_ptr<PeerGroup> peers_;  // null: every all-reduce through NCCL
-  int64_t peer_one_shot_max_bytes_;
 };
 
 }  // namespace
@@ -131,7 +129,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclO
   std::unique_ptr<PeerGroup> peers;
   if (o.peer_max_bytes > 0 && o.world_size > 1) {
     auto group = PeerGroup::Create(o.rank, o.world_size, *o.store, o.prefix, o.peer_max_bytes,
-                                   o.timeout);
+                                   o.peer_one_shot_max_bytes, o.timeout);
     if (!group.ok()) {
       ncclCommDestroy(comm);
       cudaFree(scratch);
@@ -141,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclO
   }
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(o.rank, o.world_size, comm, static_cast<cudaStream_t>(o.stream),
-                           scratch, std::move(peers), o.peer_one_shot_max_bytes));
+                           scratch, std::move(peers)));
 }
 
 }  // namespace xserv::parallel

@@ -25,11 +25,11 @@ struct NcclOptions {
   std::shared_ptr<KeyValueStore> store;
   std::string prefix;  // non-empty; distinct per group
   void* stream = nullptr;  // cudaStream_t the collectives run on
-  std::chrono::milliseconds timeout{300000};  // for reading the id
+  std::chrono::milliseconds timeout{300000};  // for reading the id and the peers' buffers
   // Bf16 sums of at most peer_max_bytes go through buffers the ranks map from each other
   // (peer_all_reduce.h) instead of NCCL: one-shot up to peer_one_shot_max_bytes, two-shot above.
-  // 0: NCCL only. Every rank must pass the same values. Falls back to NCCL (on every rank) when
-  // the GPUs cannot map each other's memory.
+  // 0: NCCL only. Falls back to NCCL (on every rank) when the GPUs cannot map each other's memory
+  // or the ranks' values differ.
   int64_t peer_max_bytes = 0;
   int64_t peer_one_shot_max_bytes = 0;
 };

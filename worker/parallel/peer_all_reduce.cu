@@ -85,7 +85,7 @@ __device__ __forceinline__ uint4 SumVector(const PeerBuffers& p, uint32_t call, 
 template <bool kTwoShot>
 __global__ void __launch_bounds__(kThreads)
     PeerAllReduceKernel(const __grid_constant__ PeerBuffers p, uint4* data, int64_t vectors) {
-  kernels::cuda::PdlLaunchDependents();  // the next kernel may be a PDL launch (pdl.cuh)
+  kernels::cuda::PdlBegin();  // a no-op wait on a plain launch; lets a PDL successor launch
   __shared__ uint32_t call_s, barrier_s;
   uint32_t* counters = p.counters + 2 * blockIdx.x;  // [calls, barriers] of this block
   if (threadIdx.x == 0) {

@@ -40,7 +40,8 @@ struct PeerBuffers {
 };
 
 // In place on `count` bf16 values at `data` (16-byte aligned, count * 2 a multiple of 16 and at
-// most half_bytes). Every rank must call with the same count and form, in the same order.
+// most half_bytes). Every rank must call with the same count and form, in the same order
+// (PeerGroup decides the form from the count and settings the ranks agreed on).
 cudaError_t LaunchPeerAllReduceBf16(const PeerBuffers& peers, void* data, int64_t count,
                                     bool two_shot, cudaStream_t stream);
 
