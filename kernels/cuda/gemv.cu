@@ -16,6 +16,8 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv.h"
@@ -182,6 +184,24 @@ int SmCount() {
   return sms;
 }
 
+// CTAs of `kernel` one SM holds with `smem` bytes of x, asked once per size (a host-side
+// calculation, but microseconds that every eager launch would repeat). One device per process,
+// as SmCount assumes.
+template <auto kKernel>
+cudaError_t ResidentPerSm(size_t smem, int* per_sm) {
+  static std::mutex mu;
+  static std::map<size_t, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = known.find(smem); it != known.end()) {
+    *per_sm = it->second;
+    return cudaSuccess;
+  }
+  const cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kKernel, kThreads, smem);
+  if (err == cudaSuccess) known.emplace(smem, *per_sm);
+  return err;
+}
+
 template <int kRows, int kCols, int kUnroll, bool kFp8, bool kSiluX>
 cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
   constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kSiluX>;
@@ -191,12 +211,9 @@ cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
     return err;
   }
   // Every CTA resident at once (the grid-stride loop takes the rest), each warp with at least
-  // one column group. The occupancy depends on smem (x's size), so it is asked per call; the
-  // answer is a host-side calculation.
+  // one column group. The occupancy depends on smem (x's size).
   int per_sm = 0;
-  if (const cudaError_t err =
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-      err != cudaSuccess) {
+  if (const cudaError_t err = ResidentPerSm<kernel>(smem, &per_sm); err != cudaSuccess) {
     return err;
   }
   const int64_t needed = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
