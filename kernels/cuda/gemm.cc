@@ -289,6 +289,26 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
   return raw;
 }
 
+std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, const void* x_up, bool pdl) {
+  if (c.n > INT32_MAX || c.k > INT32_MAX) return std::nullopt;
+  const GemvArgs gemv{.x = c.x,
+                      .ldx = c.ldx,
+                      .w = c.w,
+                      .ldw = c.ldw,
+                      .out = c.out,
+                      .ldo = c.ldo,
+                      .out_type = c.out_type,
+                      .bias = c.bias,
+                      .bias_type = c.bias_type,
+                      .m = static_cast<int>(c.m),
+                      .n = static_cast<int>(c.n),
+                      .k = static_cast<int>(c.k),
+                      .x_up = x_up,
+                      .pdl = pdl};
+  if (!GemvSupports(gemv)) return std::nullopt;
+  return gemv;
+}
+
 absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   if (c.m == 0 || c.n == 0) return absl::OkStatus();
   // Weights this small (a MoE router's 32 x 2880) leave cuBLASLt's kernels launch- and
@@ -297,21 +317,9 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   const bool small_weights = c.n * c.k * 2 <= kGemvSmallWeightBytes;
   if (((options_.gemv && c.m == 1) || small_weights) && !options_.batch_invariant &&
       c.m <= kGemvMaxRows) {
-    const GemvArgs gemv{.x = c.x,
-                        .ldx = c.ldx,
-                        .w = c.w,
-                        .ldw = c.ldw,
-                        .out = c.out,
-                        .ldo = c.ldo,
-                        .out_type = c.out_type,
-                        .bias = c.bias,
-                        .bias_type = c.bias_type,
-                        .m = static_cast<int>(c.m),
-                        .n = static_cast<int>(c.n),
-                        .k = static_cast<int>(c.k),
-                        .pdl = options_.pdl && !c.w_from_stream};
-    if (c.n <= INT32_MAX && c.k <= INT32_MAX && GemvSupports(gemv)) {
-      RETURN_IF_CUDA_ERROR(LaunchGemv(gemv, stream));
+    if (const std::optional<GemvArgs> gemv =
+            GemvArgsOf(c, /*x_up=*/nullptr, options_.pdl && !c.w_from_stream)) {
+      RETURN_IF_CUDA_ERROR(LaunchGemv(*gemv, stream));
       return absl::OkStatus();
     }
   }

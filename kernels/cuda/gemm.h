@@ -21,10 +21,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/kernel_types.h"
 
 namespace xserv::kernels::cuda {
@@ -61,6 +63,11 @@ struct Fp8GemmCall {
   int64_t ldo = 0;
   int64_t m = 0, n = 0, k = 0;
 };
+
+// The skinny GEMV's arguments for `call` (GemvArgs::x_up and ::pdl as given), or nothing when
+// the GEMV does not take it (gemv.h: GemvSupports). One mapping for GemmRunner::Run and
+// CudaBackend::SiluMulMatmul.
+std::optional<GemvArgs> GemvArgsOf(const GemmCall& call, const void* x_up, bool pdl);
 
 struct GemmOptions {
   bool batch_invariant = false;

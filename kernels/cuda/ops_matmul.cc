@@ -65,20 +65,28 @@ absl::Status CheckMatmulIo(const char* op, const Tensor& x, int64_t n, const Ten
   return absl::OkStatus();
 }
 
+// out = x · w^T (+ bias) with a bf16 weight: the checks of Matmul and SiluMulMatmul, and `call`
+// filled from them.
+absl::Status CheckDenseMatmul(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias,
+                              const Tensor& out, GemmCall& call) {
+  RETURN_IF_ERROR(ExpectCuda(op, "w", w));
+  RETURN_IF_ERROR(ExpectDType(op, "w", w, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(op, "w", w, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "w", w));
+  RETURN_IF_ERROR(CheckMatmulIo(op, x, w.dim(0), bias, out, call));
+  RETURN_IF_ERROR(ExpectDim(op, "w", w, 1, x.dim(1)));
+  call.w = w.data;
+  ASSIGN_OR_RETURN(call.ldw, LeadingDim(op, "w", w));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                                  const Tensor& out) {
   constexpr const char* kOp = "Matmul";
-  RETURN_IF_ERROR(ExpectCuda(kOp, "w", w));
-  RETURN_IF_ERROR(ExpectDType(kOp, "w", w, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "w", w, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "w", w));
   GemmCall call;
-  RETURN_IF_ERROR(CheckMatmulIo(kOp, x, w.dim(0), bias, out, call));
-  RETURN_IF_ERROR(ExpectDim(kOp, "w", w, 1, x.dim(1)));
-  call.w = w.data;
-  ASSIGN_OR_RETURN(call.ldw, LeadingDim(kOp, "w", w));
+  RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, bias, out, call));
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return LaunchedWeights(kOp, cudaGetLastError(), call.n, call.k,
                          static_cast<double>(call.n * call.k) * 2);
@@ -91,36 +99,18 @@ absl::Status CudaBackend::SiluMulMatmul(const Tensor& gate, const Tensor& up, co
   if (!options_.fuse_silu_gemv || !options_.gemv || options_.batch_invariant || !one_row) {
     return Backend::SiluMulMatmul(gate, up, w, out);
   }
-  RETURN_IF_ERROR(ExpectCuda(kOp, "w", w));
-  RETURN_IF_ERROR(ExpectDType(kOp, "w", w, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRank(kOp, "w", w, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "w", w));
   RETURN_IF_ERROR(ExpectCuda(kOp, "up", up));
   RETURN_IF_ERROR(ExpectDType(kOp, "up", up, DType::kBF16));
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "up", up));
   RETURN_IF_ERROR(ExpectSameShape(kOp, gate, up));
   GemmCall call;
-  RETURN_IF_ERROR(CheckMatmulIo(kOp, gate, w.dim(0), nullptr, out, call));
-  RETURN_IF_ERROR(ExpectDim(kOp, "w", w, 1, gate.dim(1)));
-  ASSIGN_OR_RETURN(call.ldw, LeadingDim(kOp, "w", w));
+  RETURN_IF_ERROR(CheckDenseMatmul(kOp, gate, w, nullptr, out, call));
   ASSIGN_OR_RETURN(const int64_t ld_up, LeadingDim(kOp, "up", up));
-  if (ld_up != call.ldx) return Backend::SiluMulMatmul(gate, up, w, out);  // one stride for both
-  const GemvArgs gemv{.x = gate.data,
-                      .ldx = call.ldx,
-                      .w = w.data,
-                      .ldw = call.ldw,
-                      .out = call.out,
-                      .ldo = call.ldo,
-                      .out_type = call.out_type,
-                      .m = 1,
-                      .n = static_cast<int>(call.n),
-                      .k = static_cast<int>(call.k),
-                      .x_up = up.data,
-                      .pdl = options_.pdl};
-  if (call.n > INT32_MAX || call.k > INT32_MAX || !GemvSupports(gemv)) {
-    return Backend::SiluMulMatmul(gate, up, w, out);
-  }
-  return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), call.n, call.k,
+  // gate's row stride serves both; a GEMV that does not take the call: the separate ops.
+  const std::optional<GemvArgs> gemv =
+      ld_up == call.ldx ? GemvArgsOf(call, up.data, options_.pdl) : std::nullopt;
+  if (!gemv) return Backend::SiluMulMatmul(gate, up, w, out);
+  return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), call.n, call.k,
                          static_cast<double>(call.n * call.k) * 2);
 }
 

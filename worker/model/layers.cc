@@ -168,24 +168,52 @@ Buffer StackRows(Backend& backend, kernels::DType dtype, std::initializer_list<c
   return std::move(*stacked);
 }
 
-// One [q + 2 kv, H] projection from the loaded q, k, v (dense ones only), and their biases.
+// FP8 host weights as one, their rows one after the other, when their blocks agree and every
+// part but the last ends on a block edge (codes and scales then stack row-wise); nothing, and
+// the parts untouched, otherwise.
+std::optional<WeightLoader::Fp8HostWeight> StackFp8Rows(
+    std::initializer_list<WeightLoader::Fp8HostWeight*> parts) {
+  const WeightLoader::Fp8HostWeight& first = **parts.begin();
+  for (const WeightLoader::Fp8HostWeight* part : parts) {
+    const bool last = part == *(parts.end() - 1);
+    if (part->block != first.block || (!last && part->rows % part->block != 0)) {
+      return std::nullopt;
+    }
+  }
+  WeightLoader::Fp8HostWeight all = std::move(**parts.begin());
+  for (auto it = parts.begin() + 1; it != parts.end(); ++it) {
+    all.codes.insert(all.codes.end(), (*it)->codes.begin(), (*it)->codes.end());
+    all.scales.insert(all.scales.end(), (*it)->scales.begin(), (*it)->scales.end());
+    all.rows += (*it)->rows;
+  }
+  return all;
+}
+
+// One [q + 2 kv, H] projection from the loaded dense q, k, v, and their biases; when FP8 q, k, v
+// were stacked already (TakeFp8Qkv), their biases only.
 void StackQkv(Backend& backend, WeightLoader& loader, const std::string& prefix,
               AttentionWeights& w) {
-  if (w.q.dense.empty() || w.k.dense.empty() || w.v.dense.empty()) return;  // FP8 or missing
+  const bool fp8 = !w.qkv.empty();
+  if (!fp8 && (w.q.dense.empty() || w.k.dense.empty() || w.v.dense.empty())) return;
   const int biases = !w.q_bias.empty() + !w.k_bias.empty() + !w.v_bias.empty();
-  if (biases != 0 && biases != 3) return;  // a partial set stays apart
-  const bool biased = biases == 3;
+  if (biases != 0 && biases != 3) {  // a partial set stays apart, which stacked FP8 cannot
+    if (fp8) {
+      loader.RecordFailure(prefix + "qkv bias", absl::DataLossError("a partial q, k, v set"));
+    }
+    return;
+  }
   absl::Status status;
-  Buffer qkv = StackRows(backend, w.q.dense.view().dtype, {&w.q.dense, &w.k.dense, &w.v.dense},
-                         status);
-  Buffer bias = biased ? StackRows(backend, w.q_bias.view().dtype,
-                                   {&w.q_bias, &w.k_bias, &w.v_bias}, status)
-                       : Buffer{};
+  Buffer qkv = fp8 ? Buffer{}
+                   : StackRows(backend, w.q.dense.view().dtype,
+                               {&w.q.dense, &w.k.dense, &w.v.dense}, status);
+  Buffer bias = biases == 3 ? StackRows(backend, w.q_bias.view().dtype,
+                                        {&w.q_bias, &w.k_bias, &w.v_bias}, status)
+                            : Buffer{};
   if (!status.ok()) {
     loader.RecordFailure(prefix + "qkv (stacked)", status);  // Finish reports it
     return;
   }
-  w.qkv.dense = std::move(qkv);
+  if (!fp8) w.qkv.dense = std::move(qkv);
   w.qkv_bias = std::move(bias);
   w.q = {}, w.k = {}, w.v = {};
   w.q_bias = {}, w.k_bias = {}, w.v_bias = {};
@@ -211,17 +239,12 @@ int TakeFp8Qkv(WeightLoader& loader, Backend& backend, const TpShard& tp, const 
   const int taken = 1 | (k ? 2 : 0) | (v ? 4 : 0);
   absl::Status status;
   const bool read = !q->codes.empty() && (!k || !k->codes.empty()) && (!v || !v->codes.empty());
-  if (read && k && v && q->block == k->block && k->block == v->block &&
-      q->rows % q->block == 0 && k->rows % k->block == 0) {
-    WeightLoader::Fp8HostWeight all = std::move(*q);
-    for (const WeightLoader::Fp8HostWeight* part : {&*k, &*v}) {
-      all.codes.insert(all.codes.end(), part->codes.begin(), part->codes.end());
-      all.scales.insert(all.scales.end(), part->scales.begin(), part->scales.end());
-      all.rows += part->rows;
+  if (read && k && v) {
+    if (std::optional<WeightLoader::Fp8HostWeight> all = StackFp8Rows({&*q, &*k, &*v})) {
+      w.qkv = UploadFp8(backend, *all, status);
+      if (!status.ok()) loader.RecordFailure(p + "qkv (stacked FP8)", status);
+      return taken;
     }
-    w.qkv = UploadFp8(backend, all, status);
-    if (!status.ok()) loader.RecordFailure(p + "qkv (stacked FP8)", status);
-    return taken;
   }
   const auto upload = [&](const std::optional<WeightLoader::Fp8HostWeight>& fp8,
                           const char* name, LinearWeight& out) {
@@ -250,7 +273,6 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
   const int taken = stack ? TakeFp8Qkv(loader, backend, tp, p, {q_dim, c.hidden_size},
                                        {kv_dim, c.hidden_size}, q_rows, kv_rows, w)
                           : 0;
-  const bool fp8_stacked = !w.qkv.empty();
   if ((taken & 1) == 0) {
     w.q = TakeLinear(loader, backend, tp, p + "q_proj.weight", {q_dim, c.hidden_size}, q_rows);
   }
@@ -268,17 +290,7 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
     w.v_bias = TakeShard(loader, tp, p + "v_proj.bias", {kv_dim}, kv_rows);
   }
   if (c.o_proj_bias) w.o_bias = TakeRowParallelBias(loader, tp, p + "o_proj.bias", c.hidden_size);
-  if (stack && !fp8_stacked) StackQkv(backend, loader, p, w);
-  const int biases = !w.q_bias.empty() + !w.k_bias.empty() + !w.v_bias.empty();
-  if (fp8_stacked && biases == 3) {  // the biases stack as the dense projection's do
-    absl::Status status;
-    w.qkv_bias = StackRows(backend, w.q_bias.view().dtype, {&w.q_bias, &w.k_bias, &w.v_bias},
-                           status);
-    if (!status.ok()) loader.RecordFailure(p + "qkv bias (stacked)", status);
-    w.q_bias = {}, w.k_bias = {}, w.v_bias = {};
-  } else if (fp8_stacked && biases != 0) {
-    loader.RecordFailure(p + "qkv bias", absl::DataLossError("q, k, v biases: a partial set"));
-  }
+  if (stack) StackQkv(backend, loader, p, w);
   if (c.qk_norm) {
     w.q_norm = loader.Take(p + "q_norm.weight", {c.head_dim});
     w.k_norm = loader.Take(p + "k_norm.weight", {c.head_dim});
@@ -311,12 +323,8 @@ GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
     return w;  // a read failed: the loader recorded why
   }
   if (gate && up) {
-    if (gate->block == up->block && gate->rows % gate->block == 0) {
-      WeightLoader::Fp8HostWeight both = std::move(*gate);
-      both.codes.insert(both.codes.end(), up->codes.begin(), up->codes.end());
-      both.scales.insert(both.scales.end(), up->scales.begin(), up->scales.end());
-      both.rows += up->rows;
-      w.gate_up = UploadFp8(backend, both, status);
+    if (std::optional<WeightLoader::Fp8HostWeight> both = StackFp8Rows({&*gate, &*up})) {
+      w.gate_up = UploadFp8(backend, *both, status);
       return w;
     }
   }
