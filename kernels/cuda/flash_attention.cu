@@ -4,12 +4,16 @@
 //
 // Tile: one CTA of 4 warps per (64 query rows of one sequence, query head). The rows' Q tile is
 // staged in shared memory once and kept as mma.sync A fragments (16 rows per warp). Keys are
-// walked in tiles of 64 from the window's first key to the last row's position: the K and V rows
-// are gathered through the block table into shared memory (zeros past the range), then per warp
-//   S = Q K^T          m16n8k16 bf16 MMAs, fp32 scores, scaled and masked (causal + window);
-//   online softmax     row max / sum over the 4 threads holding a row (quad shuffles);
+// walked in tiles of 64 from the window's first key to the last row's position, two tiles in
+// flight: while the warps compute on one, cp.async gathers the next one's K and V rows through
+// the block table into the other stage (zeros past the range). Per warp and tile
+//   S = Q K^T          m16n8k16 bf16 MMAs (K fragments by ldmatrix), fp32 scores in log2 units;
+//   mask               only on tiles the warp's rows do not all see whole (the causal diagonal,
+//                      the window's edge, bad block-table entries);
+//   online softmax     row max / sum over the 4 threads holding a row (quad shuffles), exp2;
 //   O += P V           P rounded to bf16 as A fragments straight from the S accumulators,
 //                      V fragments by ldmatrix.trans.
+// The heaviest tiles (last rows, most keys) are scheduled first, every head of a tile together.
 // The sink joins the normaliser at the end; a row with a bad block-table entry among its own keys
 // comes out NaN (as in attention.cu). fp32 state; a row's result depends only on its
 // sequence (not on the batch), but differs in rounding from PagedAttentionKernel's, so the
@@ -30,20 +34,27 @@ constexpr int kFlashThreads = kFlashWarps * kWarpSize;
 constexpr int kTileRows = kFlashWarps * 16;  // query rows per CTA
 constexpr int kTileKeys = 64;
 constexpr int kPad = 8;  // bf16 per shared row: 16-byte aligned rows, conflict-free fragments
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kTileRows <= kTileKeys, "the Q tile is staged in the second stage's K tile");
 
 template <int kDim>
-__global__ void __launch_bounds__(kFlashThreads)
+constexpr int64_t FlashSmemBytes() {
+  return int64_t{2} * 2 * kTileKeys * (kDim + kPad) * 2;  // 2 stages of K and V tiles
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kFlashThreads, 2)
     FlashPrefillKernel(const __grid_constant__ PagedAttentionArgs a) {
   constexpr int kLd = kDim + kPad;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
+  constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [kTileRows][kLd]
-  bf16* k_s = q_s + kTileRows * kLd;              // [kTileKeys][kLd]
-  bf16* v_s = k_s + kTileKeys * kLd;              // [kTileKeys][kLd]
-  __shared__ bool key_bad[kTileKeys];  // the tile's key j - k0 has a bad block-table entry
+  bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][K tile, V tile]
+  bf16* q_s = stages + 2 * kTile;                     // stage 1's K tile until the loop starts
 
-  // This CTA's sequence and tile: the flash sequences' tiles in sequence order.
-  int s = -1, tile = blockIdx.x;
+  // This CTA's sequence and tile: the flash sequences' tiles in sequence order, walked from the
+  // last (the heaviest) as blockIdx.y grows.
+  int s = -1, tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);
   for (int i = 0; i < a.num_seqs; ++i) {
     const int q_len = a.query_start[i + 1] - a.query_start[i];
     if (q_len < a.flash_min_query_len) continue;
@@ -54,8 +65,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     }
     tile -= tiles;
   }
-  if (s < 0) return;  // past the last tile: uniform across the CTA
-  const int h = blockIdx.y;
+  if (s < 0) return;  // not a tile (the grid is sized for the most tiles): uniform across the CTA
+  const int h = blockIdx.x;
   const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
   const int row0 = tile * kTileRows;  // first row of the tile within the sequence's new rows
   // Rows past the step's tokens (bad query_start) are neither read nor written.
@@ -67,6 +78,51 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int kv_head = h / (a.heads / a.kv_heads);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q4 = lane % 4;
+
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
+  const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
+  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * kDim;
+  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * kDim;
+  const int k_first = key_lo / kTileKeys * kTileKeys;
+  const int n_tiles = p_hi >= k_first ? (p_hi - k_first) / kTileKeys + 1 : 0;
+  // Tile n's cache slots (-1: a key outside [key_lo, p_hi] or in a bad block) and bad keys (bit
+  // j: key k0 + j sits in a block the table does not give), resolved two tiles ahead by the
+  // first 64 threads, so the copies below do no division and no table read.
+  __shared__ int32_t slot_s[3][kTileKeys];
+  __shared__ uint32_t bad_s[3][kTileKeys / 32];
+  const auto resolve = [&](int n) {
+    if (threadIdx.x >= kTileKeys) return;  // whole warps
+    const int j = k_first + n * kTileKeys + static_cast<int>(threadIdx.x);
+    int slot = -1;
+    bool bad = false;
+    if (j >= key_lo && j <= p_hi) {
+      const int entry = j / a.block_size;
+      const int block = entry < a.block_table_width ? table[entry] : -1;
+      bad = block < 0 || block >= a.num_blocks;
+      if (!bad) slot = block * a.block_size + j % a.block_size;
+    }
+    slot_s[n % 3][threadIdx.x] = slot;
+    const uint32_t bad_mask = __ballot_sync(kFullMask, bad);
+    if (lane == 0) bad_s[n % 3][threadIdx.x / kWarpSize] = bad_mask;
+  };
+  // Tile n's K and V rows into stage n % 2 (zeros where there is no slot; the copy then reads
+  // nothing).
+  const auto issue = [&](int n) {
+    bf16* k_dst = stages + (n % 2) * 2 * kTile;
+    bf16* v_dst = k_dst + kTile;
+    for (int i = threadIdx.x; i < kTileKeys * kVecs; i += kFlashThreads) {
+      const int r = i / kVecs, c = i % kVecs;
+      const int slot = slot_s[n % 3][r];
+      const int64_t off = (slot >= 0 ? slot * slot_elems : 0) + c * 8;
+      CpAsync16(k_dst + r * kLd + c * 8, k_cache + off, slot >= 0 ? 16 : 0);
+      CpAsync16(v_dst + r * kLd + c * 8, v_cache + off, slot >= 0 ? 16 : 0);
+    }
+    CpAsyncCommit();
+  };
+  if (n_tiles > 0) resolve(0);
+  if (n_tiles > 1) resolve(1);
+  __syncthreads();
+  if (n_tiles > 0) issue(0);
 
   const bf16* q_rows = static_cast<const bf16*>(a.q) + static_cast<int64_t>(q0 + row0) *
                                                          a.q_token_stride +
@@ -89,60 +145,61 @@ __global__ void __launch_bounds__(kFlashThreads)
     pos[r] = i < rows ? p_lo + i : -1;
     first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
   }
+  // The keys every row of the warp sees: [warp_lo, warp_hi] (empty when a row is past `rows`).
+  const int w_row0 = warp * 16;
+  const bool warp_full = w_row0 + 15 < rows;
+  const int warp_hi = p_lo + w_row0;
+  const int warp_lo = a.sliding_window > 0 ? max(0, p_lo + w_row0 + 15 - a.sliding_window + 1) : 0;
+  const float scale = a.scale * kLog2e;  // scores in log2 units
+
   float o[kDim / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   bool bad[2] = {false, false};  // a key the row sees has a bad block-table entry
 
-  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
-  const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
-  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * kDim;
-  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * kDim;
-  for (int k0 = key_lo / kTileKeys * kTileKeys; k0 <= p_hi; k0 += kTileKeys) {
-    __syncthreads();  // the previous tile's K and V are consumed
-    for (int i = threadIdx.x; i < kTileKeys * kVecs; i += kFlashThreads) {
-      const int r = i / kVecs, c = i % kVecs, j = k0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      bool key_is_bad = false;
-      if (j >= key_lo && j <= p_hi) {
-        const int entry = j / a.block_size;
-        const int block = entry < a.block_table_width ? table[entry] : -1;
-        if (block < 0 || block >= a.num_blocks) {
-          key_is_bad = true;
-        } else {
-          const int64_t slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
-          kv = *reinterpret_cast<const uint4*>(k_cache + slot * slot_elems + c * 8);
-          vv = *reinterpret_cast<const uint4*>(v_cache + slot * slot_elems + c * 8);
-        }
-      }
-      *reinterpret_cast<uint4*>(k_s + r * kLd + c * 8) = kv;
-      *reinterpret_cast<uint4*>(v_s + r * kLd + c * 8) = vv;
-      if (c == 0) key_bad[r] = key_is_bad;
-    }
-    __syncthreads();
+  for (int n = 0; n < n_tiles; ++n) {
+    CpAsyncWait<0>();  // this thread's copies of tile n have landed ...
+    __syncthreads();   // ... and everyone's; the other stage (tile n - 1, and Q) is consumed
+    if (n + 1 < n_tiles) issue(n + 1);
+    if (n + 2 < n_tiles) resolve(n + 2);  // its buffers held tile n - 1's, consumed
+    const int k0 = k_first + n * kTileKeys;
+    const bf16* k_s = stages + (n % 2) * 2 * kTile;
+    const bf16* v_s = k_s + kTile;
+    const uint64_t key_bad = bad_s[n % 3][0] | uint64_t{bad_s[n % 3][1]} << 32;
 
     // Scores of the warp's 16 rows against the tile's 64 keys: 8 n8 tiles.
     float sc[kTileKeys / 8][4] = {};
     TileScores<kDim, kTileKeys / 8, kLd>(sc, qa, k_s, lane);
-    // Scale and mask; sc[nt][e]: row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
+    // sc[nt][e]: row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
+    if (warp_full && key_bad == 0 && k0 >= warp_lo && k0 + kTileKeys - 1 <= warp_hi) {
 #pragma unroll
-    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, key = k0 + nt * 8 + 2 * q4 + e % 2;
-        const bool valid = key >= first[r] && key <= pos[r];
-        bad[r] = bad[r] || (valid && key_bad[key - k0]);
-        sc[nt][e] = valid ? sc[nt][e] * a.scale : -INFINITY;
-        tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
+        for (int e = 0; e < 4; ++e) {
+          sc[nt][e] *= scale;
+          tile_max[e / 2] = fmaxf(tile_max[e / 2], sc[nt][e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
+          const bool valid = key >= first[r] && key <= pos[r];
+          bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
+          sc[nt][e] = valid ? sc[nt][e] * scale : -INFINITY;
+          tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
+        }
       }
     }
-    OnlineSoftmaxUpdate<kTileKeys / 8, kDim>(sc, tile_max, m, l, o);
+    OnlineSoftmaxUpdate<kTileKeys / 8, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
     AccumulatePV<kTileKeys / 8, kDim, kLd>(o, sc, v_s, lane);
   }
   // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.
   for (bool& b : bad) b = QuadAny(b);
 
-  const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  const float sink = a.sinks != nullptr ? a.sinks[h] * kLog2e : -INFINITY;
   bf16* out_rows = static_cast<bf16*>(a.out) + static_cast<int64_t>(q0 + row0) *
                                                    a.out_token_stride +
                    static_cast<int64_t>(h) * kDim;
@@ -151,10 +208,10 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int i = warp * 16 + g + 8 * r;
     if (i >= rows) continue;
     const float mm = fmaxf(m[r], sink);
-    const float scale = l[r] > 0.0f ? expf(m[r] - mm) : 0.0f;
-    float denom = l[r] * scale + (a.sinks != nullptr ? expf(sink - mm) : 0.0f);
+    const float factor = l[r] > 0.0f ? exp2f(m[r] - mm) : 0.0f;
+    float denom = l[r] * factor + (a.sinks != nullptr ? exp2f(sink - mm) : 0.0f);
     if (bad[r] || pos[r] < first[r]) denom = __int_as_float(0x7fc00000);
-    const float f = scale / denom;
+    const float f = factor / denom;
     bf16* out = out_rows + static_cast<int64_t>(i) * a.out_token_stride + 2 * q4;
 #pragma unroll
     for (int dt = 0; dt < kDim / 8; ++dt) {
@@ -166,7 +223,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 
 template <int kDim>
 cudaError_t LaunchFlash(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr int64_t kSmem = int64_t{kTileRows + 2 * kTileKeys} * (kDim + kPad) * 2;
+  constexpr int64_t kSmem = FlashSmemBytes<kDim>();
   if (const cudaError_t err = AllowDynamicSharedMemory<FlashPrefillKernel<kDim>>(kSmem);
       err != cudaSuccess) {
     return err;
@@ -174,8 +231,9 @@ cudaError_t LaunchFlash(const PagedAttentionArgs& a, cudaStream_t stream) {
   // Each flash sequence (>= flash_min_query_len rows) adds at most one partly filled tile to the
   // tokens / 64 full ones.
   const int flash_seqs = std::min(a.num_seqs, a.tokens / a.flash_min_query_len);
-  const dim3 grid(static_cast<unsigned>((a.tokens + kTileRows - 1) / kTileRows + flash_seqs),
-                  static_cast<unsigned>(a.heads));
+  const int64_t tiles = (int64_t{a.tokens} + kTileRows - 1) / kTileRows + flash_seqs;
+  if (tiles > 65535) return cudaErrorInvalidValue;  // grid y
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(tiles));
   FlashPrefillKernel<kDim><<<grid, kFlashThreads, static_cast<size_t>(kSmem), stream>>>(a);
   return cudaGetLastError();
 }

@@ -22,6 +22,15 @@ __device__ __forceinline__ bool QuadAny(bool v) {
   return any != 0;
 }
 
+template <bool kBase2>
+__device__ __forceinline__ float Exp(float x) {
+  if constexpr (kBase2) {
+    return exp2f(x);
+  } else {
+    return expf(x);
+  }
+}
+
 // The A fragments of 16 query rows staged in shared memory (first row q_s, row stride kLd).
 template <int kDim, int kLd>
 __device__ __forceinline__ void LoadQueryFragments(uint32_t (&qa)[kDim / 16][4],
@@ -37,25 +46,31 @@ __device__ __forceinline__ void LoadQueryFragments(uint32_t (&qa)[kDim / 16][4],
   }
 }
 
-// sc += Q K^T against the kN8 * 8 key rows of a shared-memory tile (row stride kLd).
+// sc += Q K^T against the kN8 * 8 key rows of a shared-memory tile (row stride kLd). The B
+// fragments of two k16 steps come from one ldmatrix.x4: lane l addresses key row nt * 8 + l % 8,
+// dims 8 * (l / 8) of the pair, so matrix i is dims [8i, 8i + 8) of the 32 the pair covers.
 template <int kDim, int kN8, int kLd>
 __device__ __forceinline__ void TileScores(float (&sc)[kN8][4], const uint32_t (&qa)[kDim / 16][4],
                                            const __nv_bfloat16* k_s, int lane) {
-  const int g = lane / 4, q4 = lane % 4;
+  static_assert(kDim % 32 == 0, "k16 steps are loaded in pairs");
 #pragma unroll
   for (int nt = 0; nt < kN8; ++nt) {
-    const __nv_bfloat16* kr = k_s + (nt * 8 + g) * kLd + 2 * q4;
+    const __nv_bfloat16* kr = k_s + (nt * 8 + lane % 8) * kLd + 8 * (lane / 8);
 #pragma unroll
-    for (int kt = 0; kt < kDim / 16; ++kt) {
-      MmaBf16(sc[nt], qa[kt], Lds32(kr + kt * 16), Lds32(kr + kt * 16 + 8));
+    for (int kt = 0; kt < kDim / 16; kt += 2) {
+      uint32_t b[4];
+      LdMatrixX4(b, kr + kt * 16);
+      MmaBf16(sc[nt], qa[kt], b[0], b[1]);
+      MmaBf16(sc[nt], qa[kt + 1], b[2], b[3]);
     }
   }
 }
 
 // Folds a tile's masked, scaled scores (tile_max: each of the thread's rows' max over its own
 // scores) into the rows' running max m and sum l, rescales o, and leaves the unnormalised
-// probabilities in sc. A row that has seen no key keeps m = -inf and adds nothing.
-template <int kN8, int kDim>
+// probabilities in sc. A row that has seen no key keeps m = -inf and adds nothing. kBase2: the
+// scores are in log2 units (scaled by log2(e)), so exp2 (one MUFU op) replaces exp.
+template <int kN8, int kDim, bool kBase2 = false>
 __device__ __forceinline__ void OnlineSoftmaxUpdate(float (&sc)[kN8][4], const float (&tile_max)[2],
                                                     float (&m)[2], float (&l)[2],
                                                     float (&o)[kDim / 8][4]) {
@@ -63,7 +78,7 @@ __device__ __forceinline__ void OnlineSoftmaxUpdate(float (&sc)[kN8][4], const f
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
-    correction[r] = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+    correction[r] = m_new == -INFINITY ? 1.0f : Exp<kBase2>(m[r] - m_new);
     m[r] = m_new;
   }
   float sum[2] = {0.0f, 0.0f};
@@ -72,7 +87,7 @@ __device__ __forceinline__ void OnlineSoftmaxUpdate(float (&sc)[kN8][4], const f
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2;
-      sc[nt][e] = m[r] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
+      sc[nt][e] = m[r] == -INFINITY ? 0.0f : Exp<kBase2>(sc[nt][e] - m[r]);
       sum[r] += sc[nt][e];
     }
   }

@@ -31,6 +31,15 @@ __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Four 8x8 bf16 matrices from the row addresses of lanes 8i..8i+7 (matrix i): lane l receives
+// row l / 4, columns 2 * (l % 4) and + 1 of each.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // Four 8x8 bf16 matrices, transposed, from the row addresses of lanes 8i..8i+7 (matrix i).
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));

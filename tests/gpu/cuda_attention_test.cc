@@ -172,6 +172,11 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"LongPrefillWindowSinks", 8, 2, 64, 16, 128, true, {{0, 300}}},
         // Qwen3-8B's heads: a long prompt, a chunk after 150 cached tokens, a decode row.
         AttnCase{"LongPrefillGqaHd128", 32, 8, 128, 16, 0, false, {{0, 200}, {150, 70}, {3, 1}}},
+        // Long prompts on the flash kernel: many 64-key tiles seen whole (its unmasked path),
+        // the causal diagonal, a window edge inside a warp's rows, a chunk after cached tokens.
+        AttnCase{"LongChunksGqaHd128", 32, 8, 128, 16, 0, false, {{0, 700}, {333, 250}, {5, 1}}},
+        AttnCase{"LongWindowSinksHd128", 16, 4, 128, 16, 200, true, {{100, 600}, {0, 90}}},
+        AttnCase{"GptOssLongPrefillWindow", 64, 8, 64, 16, 128, true, {{0, 520}, {40, 1}}},
         // Few rows over long contexts: splits spread over CTAs and merged by a second kernel.
         AttnCase{"SplitGridGqa", 32, 8, 128, 16, 0, false, {{900, 1}, {300, 1}, {255, 1}}},
         AttnCase{"SplitGridWindowSinks", 8, 2, 64, 16, 300, true, {{1000, 1}, {511, 2}}},
@@ -239,6 +244,77 @@ TEST_F(CudaVsCpuTest, AttentionRowDoesNotDependOnHowItsSplitsRun) {
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](float x) { return std::isfinite(x); }));
+}
+
+// A block-table entry outside the pool makes exactly the rows that see its keys NaN, on every
+// kernel: a 300-row prompt whose fourth block (keys 48..63) is bad, with a 64-token window on a
+// second run (rows from 127 on no longer see the bad keys), and a decode row at the end.
+TEST_F(CudaVsCpuTest, AttentionBadBlockMakesTheRowsThatSeeItNaN) {
+  std::mt19937 rng(5);
+  const int64_t heads = 8, kv_heads = 2, hd = 128, block = 16, len = 300;
+  const int blocks = static_cast<int>((len + block - 1) / block), bad_entry = 3;
+  const int64_t num_blocks = blocks;
+  std::vector<int32_t> table(blocks);
+  for (int b = 0; b < blocks; ++b) table[b] = b;
+  table[bad_entry] = static_cast<int32_t>(num_blocks + 7);
+  const int64_t pool_elems = num_blocks * block * kv_heads * hd;
+  const Twin k_pool = Upload(RandomBf16(pool_elems, rng), {num_blocks, block, kv_heads, hd});
+  const Twin v_pool = Upload(RandomBf16(pool_elems, rng), {num_blocks, block, kv_heads, hd});
+  const KvLayer kv{k_pool.cuda, v_pool.cuda};
+  const Twin q = Upload(RandomBf16(len * heads * hd, rng, -3, 3), {len, heads, hd});
+  const Twin q1 = Upload(RandomBf16(heads * hd, rng, -3, 3), {1, heads, hd});
+  const Twin tables_t = UploadI32(table, {1, blocks});
+  const Twin prompt_start = UploadI32({0, static_cast<int32_t>(len)}, {2});
+  const Twin prompt_len = UploadI32({static_cast<int32_t>(len)}, {1});
+  const Twin decode_start = UploadI32({0, 1}, {2});
+  const Twin decode_len = UploadI32({static_cast<int32_t>(len)}, {1});
+  for (const auto& [name, options] :
+       {std::pair{"paged", CudaBackendOptions{.device = 0}},  // no host check of the table
+        std::pair{"tensor cores", CudaBackendOptions{.device = 0, .flash_prefill = true,
+                                                     .decode_attention = true}}}) {
+    for (const int window : {0, 64}) {
+      SCOPED_TRACE(absl::StrCat(name, " window ", window));
+      auto backend = CudaBackend::Create(options);
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      ASSERT_TRUE(cuda().Synchronize().ok());  // inputs written on the fixture's stream
+      const AttentionParams params{.scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                                   .sliding_window = window};
+      // The prompt: row i sees keys (i - window, i]; the bad keys are 48..63.
+      const Twin out = Poisoned({len, heads, hd});
+      AttentionBatch prompt{.query_start = prompt_start.cuda,
+                            .seq_lens = prompt_len.cuda,
+                            .block_tables = tables_t.cuda,
+                            .num_seqs = 1,
+                            .max_query_len = static_cast<int>(len),
+                            .max_seq_len = static_cast<int>(len),
+                            .block_size = static_cast<int>(block)};
+      const absl::Status run = (*backend)->Attention(q.cuda, kv, prompt, params, out.cuda);
+      ASSERT_TRUE(run.ok()) << run;
+      // The decode row at position 299 (its own key is the cache's last).
+      const Twin out1 = Poisoned({1, heads, hd});
+      AttentionBatch decode{.query_start = decode_start.cuda,
+                            .seq_lens = decode_len.cuda,
+                            .block_tables = tables_t.cuda,
+                            .num_seqs = 1,
+                            .max_query_len = 1,
+                            .max_seq_len = static_cast<int>(len),
+                            .block_size = static_cast<int>(block)};
+      ASSERT_TRUE((*backend)->Attention(q1.cuda, kv, decode, params, out1.cuda).ok());
+      ASSERT_TRUE((*backend)->Synchronize().ok());
+      const std::vector<float> rows = DownloadCuda(out.cuda);
+      for (int64_t i = 0; i < len; ++i) {
+        const bool sees_bad = i >= 48 && (window == 0 || i - window + 1 <= 63);
+        int64_t nans = 0;
+        for (int64_t e = 0; e < heads * hd; ++e) nans += std::isnan(rows[i * heads * hd + e]);
+        EXPECT_EQ(nans, sees_bad ? heads * hd : 0) << "row " << i;
+      }
+      const std::vector<float> last = DownloadCuda(out1.cuda);
+      const int64_t nans = std::count_if(last.begin(), last.end(), [](float x) {
+        return std::isnan(x);
+      });
+      EXPECT_EQ(nans, window == 0 ? heads * hd : 0);
+    }
+  }
 }
 
 }  // namespace
