@@ -1,6 +1,7 @@
 // The Backend ops with a default made of other ops (backends override them to fuse).
 #include "kernels/backend.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace xserv::kernels {
@@ -20,10 +21,15 @@ Tensor HeadView(const Tensor& x, int64_t h) {
 
 bool Backend::TakesStridedQkNormRope(int64_t /*head_dim*/) const { return false; }
 
-absl::Status Backend::SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
-                                    const Tensor& out) {
-  RETURN_IF_ERROR(SiluMul(gate, up, gate));
-  return Matmul(gate, w, nullptr, out);
+absl::Status Backend::MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                                    const Tensor& act) {
+  if (gate_up.rank != 2 || gate_up.dim(1) % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatmulSiluMul: gate_up must be [rows, 2 * I], got ", gate_up.Describe()));
+  }
+  RETURN_IF_ERROR(Matmul(x, w, nullptr, gate_up));
+  const int64_t inter = gate_up.dim(1) / 2;
+  return SiluMul(gate_up.SliceLast(0, inter), gate_up.SliceLast(inter, 2 * inter), act);
 }
 
 absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -177,12 +177,12 @@ class Backend {
   // ---- activations ----------------------------------------------------------------------------
   // out = silu(gate) * up; [R, I] each (gate/up may be strided column slices).
   virtual absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
-  // A gated MLP's down projection: out = act · w^T with act = silu(gate) * up rounded as SiluMul
-  // rounds it, so the result equals SiluMul then Matmul bit for bit. gate may be overwritten with
-  // act (the default runs exactly those two ops, writing act into gate); a backend may instead
-  // compute act where the matmul reads it (CUDA: in the single-row GEMV's staging of x).
-  virtual absl::Status SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
-                                     const Tensor& out);
+  // A gated MLP's gate_up projection and activation: gate_up = x · w^T with w's rows [gate; up]
+  // (2I of them), then act = silu(gate) * up of its halves, equal to Matmul then SiluMul bit for
+  // bit. gate_up [R, 2I] is scratch, act [R, I] (it may be gate_up's gate half). The default runs
+  // those two ops; a backend may skip gate_up (CUDA: SiluMul as the single-row GEMV's epilogue).
+  virtual absl::Status MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                                     const Tensor& act);
   // GELU, tanh approximation (GPT-2's gelu_new); out may alias x.
   virtual absl::Status GeluTanh(const Tensor& x, const Tensor& out) = 0;
 

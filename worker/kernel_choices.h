@@ -17,7 +17,7 @@ struct KernelChoices {
   bool flash_prefill = true;       // tensor-core prefill attention
   bool decode_attention = true;    // GQA-packed tensor-core decode attention
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
-  bool fuse_silu_gemv = false;     // SiluMul computed in the single-row down-projection GEMV
+  bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
@@ -38,9 +38,8 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "(bit-identical to the separate ops), q/k/v stacked into one projection")
       ->capture_default_str();
   app.add_option("--fuse-silu-gemv", k.fuse_silu_gemv,
-                 "cuda, staged (not yet run on a GPU): at batch 1 the MLP's silu(gate) * up is "
-                 "computed by the down projection's GEMV while it stages its input (bit-identical "
-                 "to the separate kernel)")
+                 "cuda: at batch 1 the MLP's silu(gate) * up is the gate_up projection GEMV's "
+                 "epilogue (bit-identical to the separate kernel)")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "

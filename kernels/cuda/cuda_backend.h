@@ -54,8 +54,8 @@ struct CudaBackendOptions {
   bool decode_attention = false;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
-  // SiluMulMatmul at one row as one GEMV that computes silu(gate) * up while staging its input
-  // (gemv.h, GemvArgs::x_up) instead of the SiluMul kernel and then the GEMV; needs gemv.
+  // MatmulSiluMul at one row as one GEMV with SiluMul as its epilogue (gemv.h, GemvArgs::glu)
+  // instead of the GEMV and then the SiluMul kernel; needs gemv.
   bool fuse_silu_gemv = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
@@ -120,7 +120,7 @@ class CudaBackend final : public Backend {
                          const AttentionParams& params, const Tensor& out) override;
 
   absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
-  absl::Status SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
+  absl::Status MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
                              const Tensor& out) override;
   absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
 

@@ -289,7 +289,7 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
   return raw;
 }
 
-std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, const void* x_up, bool pdl) {
+std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, bool pdl, bool glu) {
   if (c.n > INT32_MAX || c.k > INT32_MAX) return std::nullopt;
   const GemvArgs gemv{.x = c.x,
                       .ldx = c.ldx,
@@ -303,7 +303,7 @@ std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, const void* x_up, bool pdl
                       .m = static_cast<int>(c.m),
                       .n = static_cast<int>(c.n),
                       .k = static_cast<int>(c.k),
-                      .x_up = x_up,
+                      .glu = glu,
                       .pdl = pdl};
   if (!GemvSupports(gemv)) return std::nullopt;
   return gemv;
@@ -318,7 +318,7 @@ absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
   if (((options_.gemv && c.m == 1) || small_weights) && !options_.batch_invariant &&
       c.m <= kGemvMaxRows) {
     if (const std::optional<GemvArgs> gemv =
-            GemvArgsOf(c, /*x_up=*/nullptr, options_.pdl && !c.w_from_stream)) {
+            GemvArgsOf(c, options_.pdl && !c.w_from_stream)) {
       RETURN_IF_CUDA_ERROR(LaunchGemv(*gemv, stream));
       return absl::OkStatus();
     }

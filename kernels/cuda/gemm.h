@@ -64,10 +64,10 @@ struct Fp8GemmCall {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// The skinny GEMV's arguments for `call` (GemvArgs::x_up and ::pdl as given), or nothing when
+// The skinny GEMV's arguments for `call` (GemvArgs::pdl and ::glu as given), or nothing when
 // the GEMV does not take it (gemv.h: GemvSupports). One mapping for GemmRunner::Run and
-// CudaBackend::SiluMulMatmul.
-std::optional<GemvArgs> GemvArgsOf(const GemmCall& call, const void* x_up, bool pdl);
+// CudaBackend::MatmulSiluMul.
+std::optional<GemvArgs> GemvArgsOf(const GemmCall& call, bool pdl, bool glu = false);
 
 struct GemmOptions {
   bool batch_invariant = false;

@@ -53,16 +53,22 @@ __device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
 
 // kFp8: the weights are E4M3 codes with block scales (16 per 16-byte load); each load's partial
 // dot product is scaled by its block's scale in fp32 before it joins the sum.
-// kSiluX: the input is silu(x) * x_up (GemvArgs::x_up), made while staging.
-template <int kRows, int kCols, int kUnroll, bool kFp8, bool kSiluX>
+// kGlu (GemvArgs::glu): a group is one output column n0 < n / 2, made of the weight rows n0
+// (gate) and n0 + n / 2 (up); kCols is 2.
+template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
+  static_assert(!kGlu || (kRows == 1 && kCols == 2 && !kFp8), "GLU: one bf16 row, a row pair");
   extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16
   constexpr int kPerLoad = kFp8 ? 16 : kChunk;  // weights per 16-byte load
+  constexpr int kGroupCols = kGlu ? 1 : kCols;  // output columns per group
   const int chunks = a.k / kPerLoad;
   const int lane = threadIdx.x % kWarpSize;
-  const int group_stride = gridDim.x * kWarps * kCols;
-  const int first_n0 = (blockIdx.x * kWarps + threadIdx.x / kWarpSize) * kCols;
+  const int out_cols = kGlu ? a.n / 2 : a.n;
+  const int group_stride = gridDim.x * kWarps * kGroupCols;
+  const int first_n0 = (blockIdx.x * kWarps + threadIdx.x / kWarpSize) * kGroupCols;
   const int64_t row_bytes = a.ldw * (kFp8 ? 1 : 2);
+  // Weight row of column j of the group at n0.
+  const auto row_of = [&](int n0, int j) { return kGlu ? n0 + j * (a.n / 2) : n0 + j; };
 
   uint4 wv[kUnroll][kCols];
   // Chunks c0, c0 + 32, ... (kUnroll of them) of columns n0 .. n0 + kCols - 1; columns past n
@@ -71,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
       const uint4* w = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.w) +
-                                                      min(n0 + j, a.n - 1) * row_bytes);
+                                                      min(row_of(n0, j), a.n - 1) * row_bytes);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * kWarpSize;
@@ -79,31 +85,18 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       }
     }
   };
-  if (first_n0 < a.n) load_batch(first_n0, lane);
+  if (first_n0 < out_cols) load_batch(first_n0, lane);
   PdlBegin();  // x (and out) belong to the stream's earlier kernels
 
   const int x_chunks = a.k / kChunk;
   for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {
     const int r = i / x_chunks, c = i % x_chunks;
-    const uint4 raw =
-        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
-    if constexpr (kSiluX) {
-      float g[kChunk], u[kChunk];
-      UnpackBf16x8(raw, g);
-      UnpackBf16x8(
-          reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x_up) + r * a.ldx)[c],
-          u);
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) g[e] = SiluMulOp{}(g[e], u[e]);
-      s_x[i] = PackBf16x8(g);
-    } else {
-      s_x[i] = raw;
-    }
+    s_x[i] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
   }
   __syncthreads();
 
   bool batch_loaded = true;
-  for (int n0 = first_n0; n0 < a.n; n0 += group_stride) {
+  for (int n0 = first_n0; n0 < out_cols; n0 += group_stride) {
     const float* scale_row[kCols];
     if constexpr (kFp8) {
 #pragma unroll
@@ -152,6 +145,20 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
     for (int j = 0; j < kCols; ++j) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) acc[j][r] = WarpSum(acc[j][r]);
+    }
+    if constexpr (kGlu) {
+      // The gate and up values rounded as the plain GEMV's bf16 output, then SiluMul's op.
+      if (lane == 0) {
+        float gu[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float v = acc[j][0];
+          if (a.bias != nullptr) v += Load(a.bias, a.bias_type, row_of(n0, j));
+          gu[j] = __bfloat162float(__float2bfloat16_rn(v));
+        }
+        static_cast<__nv_bfloat16*>(a.out)[n0] = __float2bfloat16_rn(SiluMulOp{}(gu[0], gu[1]));
+      }
+      continue;
     }
     // Lane j * kRows + r stores column n0 + j of row r.
 #pragma unroll
@@ -202,9 +209,9 @@ cudaError_t ResidentPerSm(size_t smem, int* per_sm) {
   return err;
 }
 
-template <int kRows, int kCols, int kUnroll, bool kFp8, bool kSiluX>
+template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu>
 cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kSiluX>;
+  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kGlu>;
   const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kGemvMaxSharedBytes);
       err != cudaSuccess) {
@@ -216,33 +223,41 @@ cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
   if (const cudaError_t err = ResidentPerSm<kernel>(smem, &per_sm); err != cudaSuccess) {
     return err;
   }
-  const int64_t needed = (a.n + kWarps * kCols - 1) / (kWarps * kCols);
+  constexpr int kGroupCols = kGlu ? 1 : kCols;
+  const int64_t needed = ((kGlu ? a.n / 2 : a.n) + kWarps * kGroupCols - 1) / (kWarps * kGroupCols);
   const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * SmCount();
   const unsigned grid = static_cast<unsigned>(std::min(needed, resident));
   return LaunchMaybePdl(kernel, dim3(grid), dim3(kThreads), smem, stream, a.pdl, a);
 }
 
 // The tiles a launch may take: kCols columns per warp, kUnroll loads of each in flight.
-template <int kRows, bool kFp8, bool kSiluX = false>
+template <int kRows, bool kFp8, bool kGlu = false>
 cudaError_t LaunchTile(const GemvArgs& a, int cols, int unroll, cudaStream_t stream) {
-  if (cols == 1 && unroll == 4) return LaunchWith<kRows, 1, 4, kFp8, kSiluX>(a, stream);
-  if (cols == 1 && unroll == 8) return LaunchWith<kRows, 1, 8, kFp8, kSiluX>(a, stream);
-  if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8, kSiluX>(a, stream);
-  if (cols == 4 && unroll == 2) return LaunchWith<kRows, 4, 2, kFp8, kSiluX>(a, stream);
-  if (cols == 4 && unroll == 4) return LaunchWith<kRows, 4, 4, kFp8, kSiluX>(a, stream);
-  return cudaErrorInvalidValue;
+  if constexpr (kGlu) {  // the row pair of one output column
+    if (cols == 2 && unroll == 2) return LaunchWith<kRows, 2, 2, kFp8, kGlu>(a, stream);
+    if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8, kGlu>(a, stream);
+    return cudaErrorInvalidValue;
+  } else {
+    if (cols == 1 && unroll == 4) return LaunchWith<kRows, 1, 4, kFp8, false>(a, stream);
+    if (cols == 1 && unroll == 8) return LaunchWith<kRows, 1, 8, kFp8, false>(a, stream);
+    if (cols == 2 && unroll == 4) return LaunchWith<kRows, 2, 4, kFp8, false>(a, stream);
+    if (cols == 4 && unroll == 2) return LaunchWith<kRows, 4, 2, kFp8, false>(a, stream);
+    if (cols == 4 && unroll == 4) return LaunchWith<kRows, 4, 4, kFp8, false>(a, stream);
+    return cudaErrorInvalidValue;
+  }
 }
 
-template <int kRows, bool kFp8, bool kSiluX = false>
+template <int kRows, bool kFp8, bool kGlu = false>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   // Measured on an H200 over Qwen3-8B and gpt-oss-20b projections (xserv-gemv-bench,
   // docs/benchmarks/README.md): one bf16 row streams best with one column per warp and four
   // loads in flight (more loads per lane cost occupancy), FP8 rows and several bf16 rows with
   // two columns per warp (x's shared-memory reads and the conversions are shared by both).
-  const bool one_column = kRows == 1 && !kFp8;
+  // A GLU output column reads two rows (2x4: as many loads in flight as 1x8).
+  const bool one_column = kRows == 1 && !kFp8 && !kGlu;
   const int cols = a.tile_cols != 0 ? a.tile_cols : (one_column ? 1 : 2);
   const int unroll = a.tile_unroll != 0 ? a.tile_unroll : 4;
-  return LaunchTile<kRows, kFp8, kSiluX>(a, cols, unroll, stream);
+  return LaunchTile<kRows, kFp8, kGlu>(a, cols, unroll, stream);
 }
 
 template <bool kFp8>
@@ -266,9 +281,10 @@ bool GemvSupports(const GemvArgs& a) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool fp8_ok = a.scales == nullptr ||
                       (a.k % 16 == 0 && a.block >= 16 && a.block % 16 == 0 && a.ldw % 16 == 0);
-  const bool silu_ok = a.x_up == nullptr || (a.m == 1 && a.scales == nullptr && aligned(a.x_up));
+  const bool glu_ok = !a.glu || (a.m == 1 && a.scales == nullptr && a.n % 2 == 0 &&
+                                 a.out_type == ElemType::kBF16);
   // n bounded well inside int: the grid-stride loop adds a stride to a column index.
-  return fp8_ok && silu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.n <= (1 << 30) && a.k >= kChunk && a.k % kChunk == 0 &&
+  return fp8_ok && glu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.n <= (1 << 30) && a.k >= kChunk && a.k % kChunk == 0 &&
          a.ldx % kChunk == 0 && a.ldw % kChunk == 0 && aligned(a.x) && aligned(a.w) &&
          static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes &&
          (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&
@@ -276,9 +292,8 @@ bool GemvSupports(const GemvArgs& a) {
 }
 
 cudaError_t LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
-  if (a.x_up != nullptr) {
-    return a.m == 1 && a.scales == nullptr ? Launch<1, false, true>(a, stream)
-                                           : cudaErrorInvalidValue;
+  if (a.glu) {
+    return GemvSupports(a) ? Launch<1, false, true>(a, stream) : cudaErrorInvalidValue;
   }
   return a.scales != nullptr ? LaunchRows<true>(a, stream) : LaunchRows<false>(a, stream);
 }

@@ -34,9 +34,12 @@ struct GemvArgs {
   const float* scales = nullptr;
   int64_t scale_cols = 0;
   int block = 0;
-  // Non-null: the matmul's input is silu(x) * x_up (bf16 [m, k], row stride ldx, m = 1, bf16
-  // weights), computed while x is staged exactly as the SiluMul kernel computes and rounds it.
-  const void* x_up = nullptr;
+  // A gated MLP's gate_up projection with SiluMul as its epilogue: w's rows are [gate; up]
+  // (n even) and out [m, n / 2] gets silu(gate_j) * up_j, each of gate_j = column j and up_j =
+  // column j + n / 2 (bias added) rounded to bf16 first, as a bf16 output would be, then
+  // combined and rounded as the SiluMul kernel does: the GEMV then SiluMul bit for bit, one
+  // kernel and no gate_up round trip. m = 1, bf16 weights and output; one warp reads both rows.
+  bool glu = false;
   // Launch with programmatic dependent launch (pdl.cuh): the first weight loads overlap the
   // previous kernel.
   bool pdl = false;

@@ -65,7 +65,7 @@ absl::Status CheckMatmulIo(const char* op, const Tensor& x, int64_t n, const Ten
   return absl::OkStatus();
 }
 
-// out = x · w^T (+ bias) with a bf16 weight: the checks of Matmul and SiluMulMatmul, and `call`
+// out = x · w^T (+ bias) with a bf16 weight: the checks of Matmul and MatmulSiluMul, and `call`
 // filled from them.
 absl::Status CheckDenseMatmul(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias,
                               const Tensor& out, GemmCall& call) {
@@ -92,24 +92,25 @@ absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor*
                          static_cast<double>(call.n * call.k) * 2);
 }
 
-absl::Status CudaBackend::SiluMulMatmul(const Tensor& gate, const Tensor& up, const Tensor& w,
-                                        const Tensor& out) {
-  constexpr const char* kOp = "SiluMulMatmul";
-  const bool one_row = gate.rank == 2 && gate.dim(0) == 1;
+absl::Status CudaBackend::MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                                        const Tensor& act) {
+  constexpr const char* kOp = "MatmulSiluMul";
+  const bool one_row = x.rank == 2 && x.dim(0) == 1;
   if (!options_.fuse_silu_gemv || !options_.gemv || options_.batch_invariant || !one_row) {
-    return Backend::SiluMulMatmul(gate, up, w, out);
+    return Backend::MatmulSiluMul(x, w, gate_up, act);
   }
-  RETURN_IF_ERROR(ExpectCuda(kOp, "up", up));
-  RETURN_IF_ERROR(ExpectDType(kOp, "up", up, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "up", up));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, gate, up));
   GemmCall call;
-  RETURN_IF_ERROR(CheckDenseMatmul(kOp, gate, w, nullptr, out, call));
-  ASSIGN_OR_RETURN(const int64_t ld_up, LeadingDim(kOp, "up", up));
-  // gate's row stride serves both; a GEMV that does not take the call: the separate ops.
-  const std::optional<GemvArgs> gemv =
-      ld_up == call.ldx ? GemvArgsOf(call, up.data, options_.pdl) : std::nullopt;
-  if (!gemv) return Backend::SiluMulMatmul(gate, up, w, out);
+  RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, nullptr, gate_up, call));
+  if (call.n % 2 != 0) return OpError(kOp, "w must stack gate and up rows (an even count)");
+  RETURN_IF_ERROR(ExpectCuda(kOp, "act", act));
+  RETURN_IF_ERROR(ExpectDType(kOp, "act", act, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRank(kOp, "act", act, 2));
+  RETURN_IF_ERROR(ExpectDim(kOp, "act", act, 0, 1));
+  RETURN_IF_ERROR(ExpectDim(kOp, "act", act, 1, call.n / 2));
+  ASSIGN_OR_RETURN(call.ldo, LeadingDim(kOp, "act", act));
+  call.out = act.data;  // gate_up itself is never written
+  const std::optional<GemvArgs> gemv = GemvArgsOf(call, options_.pdl, /*glu=*/true);
+  if (!gemv) return Backend::MatmulSiluMul(x, w, gate_up, act);
   return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), call.n, call.k,
                          static_cast<double>(call.n * call.k) * 2);
 }

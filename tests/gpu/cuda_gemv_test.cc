@@ -4,6 +4,7 @@
 // with partial column groups and k not a multiple of a warp's chunks.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -144,86 +145,92 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
   }
 }
 
-// GemvArgs::x_up: silu(gate) * up computed while the GEMV stages its input equals the SiluMul
-// kernel's output fed to the plain GEMV, bit for bit, in every tile and with PDL.
-TEST(GemvSiluInput, EqualsTheSiluMulKernelThenTheGemv) {
+// GemvArgs::glu: SiluMul as the gate_up GEMV's epilogue equals the plain GEMV's bf16 gate_up
+// row fed to the SiluMul kernel, bit for bit, with and without a bias, in both of its tiles and
+// with PDL (also chained after the kernel that writes x, x poisoned first).
+TEST(GemvGluOutput, EqualsTheGemvThenTheSiluMulKernel) {
   auto info = xserv::cuda::QueryRuntime();
   ASSERT_TRUE(info.ok()) << info.status();
   if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
-  for (const Shape& s : {Shape{1, 4096, 12288}, Shape{1, 37, 1000}}) {
-    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " k=" << s.k);
-    std::mt19937 rng(static_cast<uint32_t>(s.n + s.k));
-    // gate and up side by side in one row, as the MLP's gate_up projection writes them.
-    const std::vector<float> gate_up = RandomBf16(2 * static_cast<size_t>(s.k), rng, -4.0f, 4.0f);
-    const std::vector<float> w = RandomBf16(static_cast<size_t>(s.n) * s.k, rng, -0.1f, 0.1f);
-    uint16_t* gu = Upload(ToBf16(gate_up));
-    void* w_dev = Upload(ToBf16(w));
-    uint16_t* act = nullptr;
-    float* want = nullptr;
-    float* got = nullptr;
-    const size_t out_bytes = static_cast<size_t>(s.n) * sizeof(float);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&act), s.k * 2), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&want), out_bytes), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&got), out_bytes), cudaSuccess);
-    const RowsView gate_rows{gu, 1, s.k, 2 * s.k}, up_rows{gu + s.k, 1, s.k, 2 * s.k};
-    const RowsView act_rows{act, 1, s.k, s.k};
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, act_rows, stream), cudaSuccess);
-    GemvArgs plain{.x = act,
-                   .ldx = s.k,
-                   .w = w_dev,
-                   .ldw = s.k,
-                   .out = want,
-                   .ldo = s.n,
-                   .out_type = ElemType::kF32,
-                   .m = 1,
-                   .n = s.n,
-                   .k = s.k};
-    ASSERT_EQ(LaunchGemv(plain, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    std::vector<float> expected(s.n), actual(s.n);
-    ASSERT_EQ(cudaMemcpy(expected.data(), want, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    // The PDL chain as the decode path runs it: the activation's producer and its GEMV launched
-    // back to back on one stream (the GEMV may start while SiluMul runs), after the activation
-    // was poisoned, 20 times.
-    for (int rep = 0; rep < 20; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(act, 0xff, s.k * 2, stream), cudaSuccess);
-      ASSERT_EQ(cudaMemsetAsync(got, 0xff, out_bytes, stream), cudaSuccess);
-      ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, act_rows, stream, /*pdl=*/true), cudaSuccess);
-      GemvArgs chained = plain;
-      chained.out = got;
-      chained.pdl = true;
-      ASSERT_EQ(LaunchGemv(chained, stream), cudaSuccess);
+  // n: gate and up rows stacked (Qwen3-8B's 2 x 12288 over 4096 inputs; a small odd half).
+  for (const Shape& s : {Shape{1, 24576, 4096}, Shape{1, 74, 1000}}) {
+    for (const bool with_bias : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << s.n << " k=" << s.k << " bias " << with_bias);
+      const int64_t half = s.n / 2;
+      std::mt19937 rng(static_cast<uint32_t>(s.n + s.k + with_bias));
+      const std::vector<float> x = RandomBf16(static_cast<size_t>(s.k), rng, -2.0f, 2.0f);
+      const std::vector<float> w = RandomBf16(static_cast<size_t>(s.n) * s.k, rng, -0.1f, 0.1f);
+      const std::vector<float> bias = RandomBf16(static_cast<size_t>(s.n), rng, -1.0f, 1.0f);
+      const std::vector<uint16_t> x_bits = ToBf16(x);
+      uint16_t* x_dev = Upload(x_bits);
+      void* w_dev = Upload(ToBf16(w));
+      void* bias_dev = Upload(ToBf16(bias));
+      uint16_t* gate_up = nullptr;
+      uint16_t* want = nullptr;
+      uint16_t* got = nullptr;
+      const size_t act_bytes = static_cast<size_t>(half) * 2;
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&gate_up), s.n * 2), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&want), act_bytes), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&got), act_bytes), cudaSuccess);
+      cudaStream_t stream;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      const GemvArgs plain{.x = x_dev,
+                           .ldx = s.k,
+                           .w = w_dev,
+                           .ldw = s.k,
+                           .out = gate_up,
+                           .ldo = s.n,
+                           .out_type = ElemType::kBF16,
+                           .bias = with_bias ? bias_dev : nullptr,
+                           .m = 1,
+                           .n = s.n,
+                           .k = s.k};
+      ASSERT_EQ(LaunchGemv(plain, stream), cudaSuccess);
+      const RowsView gate_rows{gate_up, 1, half, s.n}, up_rows{gate_up + half, 1, half, s.n};
+      ASSERT_EQ(LaunchSiluMul(gate_rows, up_rows, RowsView{want, 1, half, half}, stream),
+                cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(actual.data(), got, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(std::memcmp(actual.data(), expected.data(), out_bytes), 0) << "PDL chain " << rep;
-    }
-    for (const Tile& tile : kTiles) {
-      for (const bool pdl : {false, true}) {
-        SCOPED_TRACE(::testing::Message()
-                     << "tile " << tile.cols << "x" << tile.unroll << (pdl ? " pdl" : ""));
-        ASSERT_EQ(cudaMemsetAsync(got, 0xff, out_bytes, stream), cudaSuccess);
-        GemvArgs fused = plain;
-        fused.x = gu;
-        fused.ldx = 2 * s.k;
-        fused.x_up = gu + s.k;
-        fused.out = got;
-        fused.pdl = pdl;
-        fused.tile_cols = tile.cols;
-        fused.tile_unroll = tile.unroll;
-        ASSERT_TRUE(GemvSupports(fused));
-        ASSERT_EQ(LaunchGemv(fused, stream), cudaSuccess);
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(actual.data(), got, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-        EXPECT_EQ(std::memcmp(actual.data(), expected.data(), out_bytes), 0);
+      std::vector<uint16_t> expected(half), actual(half);
+      ASSERT_EQ(cudaMemcpy(expected.data(), want, act_bytes, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      // Not a trivial output: some activations are nonzero.
+      EXPECT_TRUE(std::any_of(expected.begin(), expected.end(),
+                              [](uint16_t v) { return (v & 0x7fff) != 0; }));
+      GemvArgs fused = plain;
+      fused.out = got;
+      fused.ldo = half;
+      fused.glu = true;
+      ASSERT_TRUE(GemvSupports(fused));
+      for (const int unroll : {0, 2, 4}) {  // 0: the default tile (2x4)
+        for (const bool pdl : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "unroll " << unroll << (pdl ? " pdl" : ""));
+          ASSERT_EQ(cudaMemsetAsync(got, 0xff, act_bytes, stream), cudaSuccess);
+          GemvArgs run = fused;
+          run.pdl = pdl;
+          run.tile_cols = unroll == 0 ? 0 : 2;
+          run.tile_unroll = unroll;
+          if (pdl) {  // x rewritten by the kernel before (poison, then the real values)
+            ASSERT_EQ(cudaMemsetAsync(x_dev, 0xff, s.k * 2, stream), cudaSuccess);
+            ASSERT_EQ(cudaMemcpyAsync(x_dev, x_bits.data(), s.k * 2, cudaMemcpyHostToDevice, stream),
+                      cudaSuccess);
+          }
+          ASSERT_EQ(LaunchGemv(run, stream), cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(actual.data(), got, act_bytes, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          EXPECT_EQ(std::memcmp(actual.data(), expected.data(), act_bytes), 0);
+        }
       }
+      GemvArgs bad = fused;
+      bad.n = s.n - 1;  // not a stack of two halves
+      EXPECT_FALSE(GemvSupports(bad));
+      EXPECT_EQ(LaunchGemv(bad, stream), cudaErrorInvalidValue);
+      for (void* p : {static_cast<void*>(x_dev), w_dev, bias_dev, static_cast<void*>(gate_up),
+                      static_cast<void*>(want), static_cast<void*>(got)}) {
+        cudaFree(p);
+      }
+      cudaStreamDestroy(stream);
     }
-    for (void* p : {static_cast<void*>(gu), w_dev, static_cast<void*>(act),
-                    static_cast<void*>(want), static_cast<void*>(got)}) {
-      cudaFree(p);
-    }
-    cudaStreamDestroy(stream);
   }
 }
 

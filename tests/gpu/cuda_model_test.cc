@@ -319,7 +319,7 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
 // Programmatic dependent launch (the worker's default) changes when kernels start, never what
 // they compute: decode steps replayed from graphs with it equal direct steps without it, bit for
 // bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention); so does
-// computing SiluMul in the down projection's GEMV (--fuse-silu-gemv).
+// SiluMul as the gate_up GEMV's epilogue (--fuse-silu-gemv).
 TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
   const kernels::cuda::CudaBackendOptions plain{.device = 0,
                                                 .gemv = true,

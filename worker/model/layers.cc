@@ -425,15 +425,16 @@ absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tenso
                          Workspace& ws, int64_t tokens) {
   const Tensor gate_up = ws.gate_up.view().SliceRows(0, tokens);
   const int64_t inter = w.gate_up.rows() / 2;
-  RETURN_IF_ERROR(RunLinear(backend, normed, w.gate_up, nullptr, gate_up));
-  // gate and up are the halves of each row; silu(gate) * up overwrites the gate half (or, for
-  // bf16 weights, is computed where the down projection reads it: Backend::SiluMulMatmul).
+  // gate and up are the halves of each row; silu(gate) * up overwrites the gate half (for bf16
+  // weights in one op, which a backend may fuse: Backend::MatmulSiluMul).
   const Tensor gate = gate_up.SliceLast(0, inter);
-  const Tensor up = gate_up.SliceLast(inter, 2 * inter);
-  const Tensor out = ws.block_out.view().SliceRows(0, tokens);
-  if (w.down.codes.empty()) return backend.SiluMulMatmul(gate, up, w.down.dense.view(), out);
-  RETURN_IF_ERROR(backend.SiluMul(gate, up, gate));
-  return RunLinear(backend, gate, w.down, nullptr, out);
+  if (w.gate_up.codes.empty()) {
+    RETURN_IF_ERROR(backend.MatmulSiluMul(normed, w.gate_up.dense.view(), gate_up, gate));
+  } else {
+    RETURN_IF_ERROR(RunLinear(backend, normed, w.gate_up, nullptr, gate_up));
+    RETURN_IF_ERROR(backend.SiluMul(gate, gate_up.SliceLast(inter, 2 * inter), gate));
+  }
+  return RunLinear(backend, gate, w.down, nullptr, ws.block_out.view().SliceRows(0, tokens));
 }
 
 VocabShard VocabShard::Of(const ModelConfig& config, const TpShard& tp) {

@@ -132,6 +132,43 @@ TEST_P(ElementwiseOpTest, SiluMulOnStridedColumnSlices) {
   }
 }
 
+// The gated MLP's gate_up projection and activation as one op (Backend::MatmulSiluMul), its
+// result written over gate_up's gate half as the model does: Matmul then SiluMul, bit for bit.
+TEST_P(ElementwiseOpTest, MatmulSiluMulIsMatmulThenSiluMul) {
+  std::mt19937 rng(15);
+  for (int64_t rows : {int64_t{1}, int64_t{5}}) {
+    const int64_t k = 24, inter = 9;
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    std::vector<float> x_host = RandomFloats(rows * k, rng);
+    std::vector<float> w_host = RandomFloats(2 * inter * k, rng);
+    const Tensor x = Upload(x_host, {rows, k});
+    const Tensor w = Upload(w_host, {2 * inter, k});
+    const Tensor gate_up = Poisoned({rows, 2 * inter});
+    const Tensor act = gate_up.SliceLast(0, inter);
+    ASSERT_TRUE(backend().MatmulSiluMul(x, w, gate_up, act).ok());
+    const Tensor separate = Poisoned({rows, 2 * inter});
+    ASSERT_TRUE(backend().Matmul(x, w, nullptr, separate).ok());
+    const Tensor want = Poisoned({rows, inter});
+    ASSERT_TRUE(backend()
+                    .SiluMul(separate.SliceLast(0, inter), separate.SliceLast(inter, 2 * inter),
+                             want)
+                    .ok());
+    const std::vector<float> got = Download(gate_up), expected = Download(want);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        EXPECT_EQ(got[r * 2 * inter + i], expected[r * inter + i]) << r << "," << i;
+      }
+    }
+  }
+  // gate_up must hold two halves.
+  std::vector<float> x_host = RandomFloats(8, rng);
+  std::vector<float> w_host = RandomFloats(7 * 8, rng);
+  const Tensor x = Upload(x_host, {1, 8});
+  const Tensor w = Upload(w_host, {7, 8});
+  const Tensor odd = Poisoned({1, 7});
+  EXPECT_FALSE(backend().MatmulSiluMul(x, w, odd, odd.SliceLast(0, 3)).ok());
+}
+
 TEST_P(ElementwiseOpTest, GeluTanhMatchesReferenceInPlace) {
   std::mt19937 rng(14);
   const double k = std::sqrt(2.0 / std::numbers::pi);
