@@ -13,7 +13,8 @@
 //   online softmax     row max / sum over the 4 threads holding a row (quad shuffles), exp2;
 //   O += P V           P rounded to bf16 as A fragments straight from the S accumulators,
 //                      V fragments by ldmatrix.trans.
-// The heaviest tiles (last rows, most keys) are scheduled first, every head of a tile together.
+// Tiles are scheduled from the step's last backwards, every head of a tile together: within a
+// sequence the heaviest (last rows, most keys) go first.
 // The sink joins the normaliser at the end; a row with a bad block-table entry among its own keys
 // comes out NaN (as in attention.cu). fp32 state; a row's result depends only on its
 // sequence (not on the batch), but differs in rounding from PagedAttentionKernel's, so the
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
   bf16* q_s = stages + 2 * kTile;                     // stage 1's K tile until the loop starts
 
   // This CTA's sequence and tile: the flash sequences' tiles in sequence order, walked from the
-  // last (the heaviest) as blockIdx.y grows.
+  // step's last (a sequence's heaviest first) as blockIdx.y grows.
   int s = -1, tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);
   for (int i = 0; i < a.num_seqs; ++i) {
     const int q_len = a.query_start[i + 1] - a.query_start[i];

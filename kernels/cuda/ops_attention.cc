@@ -190,6 +190,11 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                      " kv heads"));
   }
   if (block_size < 1) return OpError(kOp, "block size must be positive");
+  // The kernels index cache slots (block * block_size + offset) in 32 bits.
+  if (kv.k.dim(0) * block_size > INT32_MAX) {
+    return OpError(kOp, absl::StrCat(kv.k.dim(0), " blocks of ", block_size,
+                                     " slots exceed 2^31 cache slots"));
+  }
   if (block_size != batch.block_size) return OpError(kOp, "block size differs from the batch's");
   if (head_dim > kMaxHeadDim) {
     return OpError(kOp, absl::StrCat("head_dim ", head_dim, " above the supported ", kMaxHeadDim));
