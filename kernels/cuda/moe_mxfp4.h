@@ -1,8 +1,8 @@
 // Launchers of the MXFP4 (W4A16) mixture-of-experts kernels (moe_mxfp4.cu). Host API only;
 // CudaBackend::Experts validates and chunks the tokens first (ops_moe.cc).
 //
-// One MoE layer over T tokens with top-k routing runs as four launches (three for a single
-// token: LaunchMoeMxfp4Gemv needs no alignment; see kMoeGemvMaxTokens):
+// One MoE layer over T tokens with top-k routing runs as four launches (three for a few tokens:
+// LaunchMoeMxfp4Gemv needs no alignment; see kMoeGemvMaxTokens):
 //   1. MoeAlign: the T*k (token, slot) pairs p = t*k + j grouped by expert into blocks of
 //      kMoeBlockRows pair rows (each expert's last block padded with -1), with each block's expert;
 //   2. MoeMxfp4Gemm (GLU): act[p] = Glu(gate_up[e] · x[t] + bias) per pair, bf16;
@@ -70,15 +70,15 @@ int64_t MoeGemmSharedBytes(int64_t k);
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 
 // Tokens up to which CudaBackend::ExpertsMxfp4 runs the GEMV form below (outside the
-// batch-invariant mode, whose rows must not depend on the batch size that picks a kernel). At one
-// token each pair fills one row of a 16-row MMA block, and the GEMV was faster on an H200
-// (gpt-oss-20b decode experts 1.93 ms/step against 2.41 ms); at 2 to 8 tokens it was slower than
-// the GEMM (it reads an expert once per pair and decodes through a shared table at ~0.7 TB/s),
-// so only single-token steps take it (docs/benchmarks, session 7).
-inline constexpr int64_t kMoeGemvMaxTokens = 1;
+// batch-invariant mode, whose rows must not depend on the batch size that picks a kernel). On an
+// H200 (gpt-oss-20b decode, ms/step, both with register decoding) the GEMV against the GEMM:
+// 3.06 vs 3.63 at two tokens, 4.21 vs 4.16 at four, 6.42 vs 4.60 at eight (docs/benchmarks,
+// session 10).
+inline constexpr int64_t kMoeGemvMaxTokens = 2;
 
 // MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
-// alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2).
+// alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2),
+// the expert rows as the M of the MMA and the pair's input as a column of B.
 cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id

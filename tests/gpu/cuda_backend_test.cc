@@ -496,24 +496,28 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
   std::mt19937 rng(14);
   struct Case {
     int64_t tokens, experts, k, hidden, inter;
+    int min_scale = 120;  // E8M0 scales min_scale .. min_scale + 4
   };
   // From the fifth on gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups); one token
   // of them (the GEMV on the default backend) against the CPU, and a hidden size of 144 groups
-  // (the GEMV's lanes loop over more than one round of groups); 8 tokens sharing 4 experts.
+  // (the GEMV's warps loop over more than one round of chunks); 8 tokens sharing 4 experts;
+  // scales 2^-1 .. 2^3, across the GEMV's one- and two-multiply dequantisation (s <= 128 or not).
   for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
                        Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
                        Case{3, 4, 2, 2880, 1440}, Case{1, 4, 2, 2880, 2880},
-                       Case{1, 4, 2, 4608, 96}, Case{8, 4, 4, 2880, 2880}}) {
+                       Case{1, 4, 2, 4608, 96}, Case{8, 4, 4, 2880, 2880},
+                       Case{1, 4, 2, 2880, 1440, 126}, Case{4, 4, 2, 96, 64, 126}}) {
     SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
                                       << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
     const int64_t e = c.experts, h = c.hidden, i = c.inter;
-    // Random codes; scales 2^-7 .. 2^-3 keep the products in the GLU's interesting range.
+    // Random codes; the default scales 2^-7 .. 2^-3 keep the products in the GLU's interesting
+    // range.
     auto random_mxfp4 = [&](int64_t rows, int64_t in, std::vector<uint8_t>& blocks,
                             std::vector<uint8_t>& scales, std::vector<float>& dense) {
       blocks.resize(e * rows * in / 2);
       scales.resize(e * rows * in / 32);
       for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 0xFF);
-      for (auto& s : scales) s = static_cast<uint8_t>(120 + rng() % 5);
+      for (auto& s : scales) s = static_cast<uint8_t>(c.min_scale + rng() % 5);
       dense.resize(e * rows * in);
       ASSERT_TRUE(DequantizeMxfp4(blocks, scales, e * rows, in / 32, dense).ok());
     };
