@@ -21,11 +21,12 @@
 
 namespace xserv::kernels::cuda {
 
-// Pair rows per block: the M of one mma.sync m16n8k16 tile.
-inline constexpr int kMoeBlockRows = 16;
+// Pair rows per block: the GEMM's M tile (four m16 tiles of mma.sync m16n8k16; the tiles of a
+// block that hold only padding are skipped).
+inline constexpr int kMoeBlockRows = 64;
 
 // Blocks the alignment can produce for `pairs` pairs over `experts` experts (each used expert
-// pads its last block): ceil(pairs / 16) + min(experts, pairs).
+// pads its last block): ceil(pairs / kMoeBlockRows) + min(experts, pairs).
 inline int64_t MoeMaxBlocks(int64_t pairs, int64_t experts) {
   return (pairs + kMoeBlockRows - 1) / kMoeBlockRows + (experts < pairs ? experts : pairs);
 }
@@ -65,20 +66,19 @@ struct MoeGemmArgs {
   const int32_t* ids = nullptr;
   int experts = 0;
 };
-// Shared memory the GEMM needs for inputs of k features (the block's A rows plus a decode table).
-int64_t MoeGemmSharedBytes(int64_t k);
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 
 // Tokens up to which CudaBackend::ExpertsMxfp4 runs the GEMV form below (outside the
 // batch-invariant mode, whose rows must not depend on the batch size that picks a kernel). On an
-// H200 (gpt-oss-20b decode, ms/step, both with register decoding) the GEMV against the GEMM:
-// 3.06 vs 3.63 at two tokens, 4.21 vs 4.16 at four, 6.42 vs 4.60 at eight (docs/benchmarks,
-// session 10).
+// H200 (gpt-oss-20b decode, ms/step) the GEMV against the 64-row GEMM: 3.06 vs 3.66 at two
+// tokens, 4.18 vs 3.97 at four (docs/benchmarks, session 10).
 inline constexpr int64_t kMoeGemvMaxTokens = 2;
 
 // MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
 // alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2),
 // the expert rows as the M of the MMA and the pair's input as a column of B.
+// Shared memory the GEMV needs for inputs of k features (one staged input row).
+int64_t MoeGemvSharedBytes(int64_t k);
 cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id

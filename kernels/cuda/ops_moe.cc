@@ -176,10 +176,10 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   const int64_t k = ids.dim(1);
   if (k < 1) return OpError(kOp, "top-k must be positive");
   if (num_experts > kMoeMaxExperts) {
-    return OpError(kOp, absl::StrCat(num_experts, " experts (supported: up to ", kMoeMaxExperts,
-                                     ")"));
+    return OpError(kOp,
+                   absl::StrCat(num_experts, " experts (supported: up to ", kMoeMaxExperts, ")"));
   }
-  if (MoeGemmSharedBytes(std::max(hidden, inter)) > kMaxExpertsSharedBytes) {
+  if (MoeGemvSharedBytes(std::max(hidden, inter)) > kMaxExpertsSharedBytes) {
     return OpError(kOp, absl::StrCat("hidden ", hidden, " and intermediate ", inter,
                                      " exceed the kernel's shared memory"));
   }
@@ -208,9 +208,9 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
     const float* chunk_weights = weights.as<float>() + t0 * k;
     const int blocks = static_cast<int>(MoeMaxBlocks(pairs, num_experts));
     if (!gemv) {
-      RETURN_IF_ERROR(Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
-                                                   static_cast<int>(num_experts), routing,
-                                                   stream_)));
+      RETURN_IF_ERROR(
+          Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
+                                       static_cast<int>(num_experts), routing, stream_)));
     }
     const MoeGemmArgs gate_up{.a = AsRows(x.SliceRows(t0, t0 + n)),
                               .a_row_div = static_cast<int>(k),
@@ -227,25 +227,23 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                               .out = moe_act_.view().data,
                               .ids = chunk_ids,
                               .experts = static_cast<int>(num_experts)};
-    RETURN_IF_ERROR(Launched(kOp, gemv ? LaunchMoeMxfp4Gemv(gate_up, stream_)
-                                       : LaunchMoeMxfp4Gemm(gate_up, stream_)));
-    const MoeGemmArgs down{.a = RowsView{.data = moe_act_.view().data,
-                                         .rows = pairs,
-                                         .cols = inter,
-                                         .stride = inter},
-                           .a_row_div = 1,
-                           .blocks = dnb.as<uint8_t>(),
-                           .scales = dns.as<uint8_t>(),
-                           .bias = experts.down_bias.data,
-                           .n = static_cast<int>(hidden),
-                           .k = static_cast<int>(inter),
-                           .routing = routing,
-                           .max_blocks = blocks,
-                           .out = moe_out_.view().data,
-                           .ids = chunk_ids,
-                           .experts = static_cast<int>(num_experts)};
-    RETURN_IF_ERROR(Launched(kOp, gemv ? LaunchMoeMxfp4Gemv(down, stream_)
-                                       : LaunchMoeMxfp4Gemm(down, stream_)));
+    RETURN_IF_ERROR(Launched(
+        kOp, gemv ? LaunchMoeMxfp4Gemv(gate_up, stream_) : LaunchMoeMxfp4Gemm(gate_up, stream_)));
+    const MoeGemmArgs down{
+        .a = RowsView{.data = moe_act_.view().data, .rows = pairs, .cols = inter, .stride = inter},
+        .a_row_div = 1,
+        .blocks = dnb.as<uint8_t>(),
+        .scales = dns.as<uint8_t>(),
+        .bias = experts.down_bias.data,
+        .n = static_cast<int>(hidden),
+        .k = static_cast<int>(inter),
+        .routing = routing,
+        .max_blocks = blocks,
+        .out = moe_out_.view().data,
+        .ids = chunk_ids,
+        .experts = static_cast<int>(num_experts)};
+    RETURN_IF_ERROR(Launched(
+        kOp, gemv ? LaunchMoeMxfp4Gemv(down, stream_) : LaunchMoeMxfp4Gemm(down, stream_)));
     RETURN_IF_ERROR(Launched(
         kOp, LaunchMoeCombine(static_cast<const float*>(moe_out_.view().data), chunk_ids,
                               chunk_weights, static_cast<int>(k), static_cast<int>(num_experts),
