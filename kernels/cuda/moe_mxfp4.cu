@@ -6,12 +6,12 @@
 // bf16 pairs with integer ops (Fp4PairBits) and one bf16x2 multiply by the group's power-of-two
 // scale, both exact, so the tensor cores see exactly the dequantised weights the CPU backend
 // computes with. The pairs are not adjacent inputs but (8v + j, 8v + j + 4) (the cheapest to
-// decode); the activations are staged in shared memory in the same order (StagePermutedRow), so
-// the dot products are unchanged. For mma.sync m16n8k16, the K of one MMA covers 4 groups, one per
-// thread q = lane % 4 of a quad: slots 2q, 2q + 1 hold pair 2i of group q's 16, slots 2q + 8,
-// 2q + 9 pair 2i + 1, for MMA step i = 0..7 of a chunk of 4 groups. Each thread reads distinct
-// bytes of the weights (a row's 4 threads 64 contiguous bytes). fp32 accumulation in a fixed
-// K order.
+// decode); the activations are staged in shared memory in the same order (StageUnit,
+// StageGroupMajorRow), so the dot products are unchanged. For mma.sync m16n8k16, the K of one MMA
+// covers 4 groups, one per thread q = lane % 4 of a quad: slots 2q, 2q + 1 hold pair 2i of group
+// q's 16, slots 2q + 8, 2q + 9 pair 2i + 1, for MMA step i = 0..7 of a chunk of 4 groups. Each
+// thread reads distinct bytes of the weights (a row's 4 threads 64 contiguous bytes). fp32
+// accumulation in a fixed K order.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -114,37 +114,45 @@ __device__ __forceinline__ void DecodeFp4Group(const uint4& raw, uint32_t s,
   ScaleFp4Pairs(pairs, s);
 }
 
-// Chunks of 4 groups (128 inputs) over k inputs, and the u32 words of one staged row: 64 per
-// chunk plus 4 (rows 4 banks apart: the fragment loads of 8 rows x 4 threads are conflict-free).
+// Chunks of 4 groups (128 inputs) over k inputs.
 __host__ __device__ __forceinline__ int MoeChunks(int k) { return (k / 32 + 3) / 4; }
-__host__ __device__ __forceinline__ int StagedRowWords(int k) { return MoeChunks(k) * 64 + 4; }
 
-// Word of a staged row holding pair 2i + h (h = 0, 1) of group 4c + q: the MMA fragment layout
-// (slots 2q, 2q + 1 of step i, or slots 2q + 8, 2q + 9).
+// Word of the GEMM's staged A rows (64 words per chunk) holding pair 2i + h (h = 0, 1) of group
+// 4c + q: the MMA fragment layout (slots 2q, 2q + 1 of step i, or slots 2q + 8, 2q + 9), so
+// ldmatrix reads a step's 16 x 16 tile.
 __device__ __forceinline__ int StagedWord(int c, int i, int h, int q) {
   return c * 64 + i * 8 + h * 4 + q;
 }
 
-// Inputs 8v .. 8v + 7 of group q of a chunk (`in`, 8 bf16), i.e. its pairs 4v .. 4v + 3, into
-// that chunk's staged row at the words StagedWord names.
-__device__ __forceinline__ void StageUnit(const uint4& in, int q, int v, uint32_t* chunk_row) {
-  uint32_t* d = chunk_row + StagedWord(0, 2 * v, 0, q);
-  d[0] = __byte_perm(in.x, in.z, 0x5410);   // pair 4v: inputs 8v, 8v + 4
-  d[4] = __byte_perm(in.x, in.z, 0x7632);   // pair 4v + 1
-  d[8] = __byte_perm(in.y, in.w, 0x5410);   // pair 4v + 2
-  d[12] = __byte_perm(in.y, in.w, 0x7632);  // pair 4v + 3
+// Inputs 8v .. 8v + 7 of a group (`in`, 8 bf16) as its pairs 4v .. 4v + 3 (DecodeFp4Group's
+// order: pair 4v + j holds inputs 8v + j and 8v + j + 4).
+__device__ __forceinline__ uint4 PairsOfUnit(const uint4& in) {
+  return make_uint4(__byte_perm(in.x, in.z, 0x5410), __byte_perm(in.x, in.z, 0x7632),
+                    __byte_perm(in.y, in.w, 0x5410), __byte_perm(in.y, in.w, 0x7632));
 }
 
-// One bf16 row of k inputs into shared memory as the pairs DecodeFp4Group makes, at the words
-// StagedWord names; zeros past k up to whole chunks. Threads `first`, first + step, ... each take
-// 8 inputs (a 16-byte load): unit u is inputs 8v .. 8v + 7 of group u / 4 (v = u % 4).
-__device__ __forceinline__ void StagePermutedRow(const bf16* x, int k, uint32_t* dst, int first,
-                                                 int step) {
+// Inputs 8v .. 8v + 7 of group q of a chunk, as pairs, into that chunk's staged row at the words
+// StagedWord names.
+__device__ __forceinline__ void StageUnit(const uint4& in, int q, int v, uint32_t* chunk_row) {
+  const uint4 pairs = PairsOfUnit(in);
+  uint32_t* d = chunk_row + StagedWord(0, 2 * v, 0, q);
+  d[0] = pairs.x;  // step 2v, slots 2q, 2q + 1
+  d[4] = pairs.y;  // step 2v, slots 2q + 8, 2q + 9
+  d[8] = pairs.z;  // step 2v + 1
+  d[12] = pairs.w;
+}
+
+// The GEMV's input row: group-major, each group's 16 pairs in DecodeFp4Group order (a thread
+// reads its group with four 16-byte loads), groups kGroupWords apart (the 4 groups a quad reads
+// fall in distinct banks); zeros past k up to whole chunks. Threads `first`, first + step, ...
+// each take 8 inputs (a 16-byte load): unit u is inputs 8v .. 8v + 7 of group u / 4 (v = u % 4).
+constexpr int kGroupWords = 20;
+__device__ __forceinline__ void StageGroupMajorRow(const bf16* x, int k, uint32_t* dst, int first,
+                                                   int step) {
   const int units = MoeChunks(k) * 16;
   for (int u = first; u < units; u += step) {
     const uint4 in = u < k / 8 ? reinterpret_cast<const uint4*>(x)[u] : make_uint4(0, 0, 0, 0);
-    const int grp = u / 4;
-    StageUnit(in, grp % 4, u % 4, dst + StagedWord(grp / 4, 0, 0, 0));
+    *reinterpret_cast<uint4*>(dst + u / 4 * kGroupWords + u % 4 * 4) = PairsOfUnit(in);
   }
 }
 
@@ -359,13 +367,14 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 }
 
 // GEMV tile (one token): one CTA per (pair, 16 output rows of its expert), the rows as the M of
-// mma.sync m16n8k16 and the pair's input as column 0 of B (the other 7 columns are zero). The
-// CTA's 4 warps split K: warp w takes the chunks of 4 groups w, w + 4, ..., and in a chunk
-// thread q of row g loads group 4c + q of rows g and g + 8 (16 bytes each; a row's 4 threads read
-// 64 contiguous bytes), all of its chunks before the first MMA. Codes are decoded in registers
-// (Fp4PairBits: no table), scaled by one bf16x2 multiply, and each group's 16 bf16 pairs feed
-// 8 MMAs; B holds the inputs in the same pair order, staged once per CTA in shared memory.
-// The warps' partial sums meet in shared memory and are added in warp order (deterministic).
+// mma.sync m16n8k16 and the pair's input as column 0 of B (every lane loads the input; columns
+// 1-7 of C are never read). The CTA's 4 warps split K: warp w takes the chunks of 4 groups w,
+// w + 4, ..., and in a chunk thread q of row g loads group 4c + q of rows g and g + 8 (16 bytes
+// each; a row's 4 threads read 64 contiguous bytes), all of its chunks before the first MMA.
+// Codes are decoded in registers (Fp4PairBits: no table), scaled by one bf16x2 multiply, and each
+// group's 16 bf16 pairs feed 8 MMAs; B holds the inputs in the same pair order, staged once per
+// CTA in shared memory (StageGroupMajorRow). The warps' partial sums meet in shared memory and
+// are added in warp order (deterministic).
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = kGemvWarps * kWarpSize;
 constexpr int kGemvRows = 16;  // output rows per CTA: the M of one MMA
@@ -377,8 +386,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
   extern __shared__ uint32_t gemv_smem[];
   const int groups = a.k / 32, chunks = MoeChunks(a.k);
-  uint32_t* xs = gemv_smem;  // [StagedRowWords(k)]: the input, permuted
-  float* partial = reinterpret_cast<float*>(xs + StagedRowWords(a.k));  // [kGemvWarps][kGemvRows]
+  uint32_t* xs = gemv_smem;  // the input, StageGroupMajorRow's layout
+  float* partial = reinterpret_cast<float*>(xs + chunks * 4 * kGroupWords);  // [warps][rows]
   const int p = blockIdx.y;
   const int e = a.ids[p];
   if (e < 0 || e >= a.experts) return;  // uniform across the CTA
@@ -401,7 +410,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   load(warp);
 
   // The input, permuted, while the weights are in flight.
-  StagePermutedRow(RowPtr<const bf16>(a.a, p / a.a_row_div), a.k, xs, threadIdx.x, kGemvThreads);
+  StageGroupMajorRow(RowPtr<const bf16>(a.a, p / a.a_row_div), a.k, xs, threadIdx.x, kGemvThreads);
   __syncthreads();
 
   float acc[4] = {};
@@ -414,11 +423,19 @@ __global__ void __launch_bounds__(kGemvThreads)
       uint32_t lo[16], hi[16];     // rows g and g + 8
       DecodeFp4Group(w[c][0], sc[c][0], lo);
       DecodeFp4Group(w[c][1], sc[c][1], hi);
+      // B: the input's pairs of thread q's group, in column g of every lane (only column 0 of C
+      // is read: the other columns' B values do not matter).
+      uint32_t xw[16];
+      const uint4* xg = reinterpret_cast<const uint4*>(xs + (chunk * 4 + q) * kGroupWords);
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const uint4 u = xg[v];
+        xw[4 * v] = u.x, xw[4 * v + 1] = u.y, xw[4 * v + 2] = u.z, xw[4 * v + 3] = u.w;
+      }
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const uint32_t b0 = g == 0 ? xs[StagedWord(chunk, i, 0, q)] : 0u;
-        const uint32_t b1 = g == 0 ? xs[StagedWord(chunk, i, 1, q)] : 0u;
-        MmaBf16(acc, {lo[2 * i], hi[2 * i], lo[2 * i + 1], hi[2 * i + 1]}, b0, b1);
+        MmaBf16(acc, {lo[2 * i], hi[2 * i], lo[2 * i + 1], hi[2 * i + 1]}, xw[2 * i],
+                xw[2 * i + 1]);
       }
     }
   }
@@ -468,7 +485,7 @@ cudaError_t LaunchMoeAlign(const int32_t* ids, int pairs, int experts, const Moe
 }
 
 int64_t MoeGemvSharedBytes(int64_t k) {
-  return (StagedRowWords(static_cast<int>(k)) + kGemvWarps * kGemvRows) * 4;
+  return (int64_t{MoeChunks(static_cast<int>(k))} * 4 * kGroupWords + kGemvWarps * kGemvRows) * 4;
 }
 
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
