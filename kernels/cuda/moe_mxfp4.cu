@@ -12,6 +12,7 @@
 // q's 16, slots 2q + 8, 2q + 9 pair 2i + 1, for MMA step i = 0..7 of a chunk of 4 groups. Each
 // thread reads distinct bytes of the weights (a row's 4 threads 64 contiguous bytes). fp32
 // accumulation in a fixed K order.
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -32,11 +33,9 @@ constexpr int kChunkRowWords = 64 + 4;       // one staged A row of one chunk, p
 constexpr int kAUnits = kMoeBlockRows * 16 / kGemmThreads;  // A loads (8 inputs) per thread
 constexpr int kAlignThreads = 1024;
 
-// 2^(s - 127) as bf16 bits, twice (E8M0 scale; s = 0 is the subnormal 2^-127, 255 infinity).
-__device__ __forceinline__ uint32_t ScaleBf16x2(uint32_t s) {
-  const uint32_t bits = s == 0 ? 0x0040u : (s << 7);
-  return bits | (bits << 16);
-}
+// 2^(s - 127) as bf16 bits, twice, for an E8M0 scale s > 128 (the smaller ones are folded into
+// one multiplier, ScaleFp4Pairs); 255 gives infinity, as the CPU's ldexp(1, 128) does.
+__device__ __forceinline__ uint32_t ScaleBf16x2(uint32_t s) { return (s << 7) | (s << 23); }
 
 __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&a);
@@ -370,7 +369,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 // mma.sync m16n8k16 and the pair's input as column 0 of B (every lane loads the input; columns
 // 1-7 of C are never read). The CTA's 4 warps split K: warp w takes the chunks of 4 groups w,
 // w + 4, ..., and in a chunk thread q of row g loads group 4c + q of rows g and g + 8 (16 bytes
-// each; a row's 4 threads read 64 contiguous bytes), all of its chunks before the first MMA.
+// each; a row's 4 threads read 64 contiguous bytes), kChunksInFlight chunks at a time.
 // Codes are decoded in registers (Fp4PairBits: no table), scaled by one bf16x2 multiply, and each
 // group's 16 bf16 pairs feed 8 MMAs; B holds the inputs in the same pair order, staged once per
 // CTA in shared memory (StageGroupMajorRow). The warps' partial sums meet in shared memory and
@@ -384,7 +383,7 @@ constexpr int kGemvRows = 16;  // output rows per CTA: the M of one MMA
 template <int kChunksInFlight>
 __global__ void __launch_bounds__(kGemvThreads)
     MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
-  extern __shared__ uint32_t gemv_smem[];
+  extern __shared__ __align__(16) uint32_t gemv_smem[];  // read and written as uint4 too
   const int groups = a.k / 32, chunks = MoeChunks(a.k);
   uint32_t* xs = gemv_smem;  // the input, StageGroupMajorRow's layout
   float* partial = reinterpret_cast<float*>(xs + chunks * 4 * kGroupWords);  // [warps][rows]
@@ -491,6 +490,11 @@ int64_t MoeGemvSharedBytes(int64_t k) {
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
   if (args.max_blocks == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0) return cudaErrorInvalidValue;
+  // The kernel addresses A in 16-byte units from a.data with 32-bit offsets.
+  const int64_t last_row = args.a.rows - 1;
+  if (last_row * args.a.stride / 8 + args.k / 8 > INT32_MAX || args.a.stride % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
   const dim3 grid(static_cast<unsigned>(args.max_blocks),
                   static_cast<unsigned>((args.n + kTileN - 1) / kTileN));
   MoeMxfp4GemmKernel<<<grid, kGemmThreads, 0, stream>>>(args);

@@ -32,7 +32,7 @@ inline int64_t MoeMaxBlocks(int64_t pairs, int64_t experts) {
 }
 
 struct MoeRouting {
-  int32_t* sorted_pairs = nullptr;  // [MoeMaxBlocks * 16]: pair index or -1 (padding)
+  int32_t* sorted_pairs = nullptr;  // [MoeMaxBlocks * kMoeBlockRows]: pair index or -1 (padding)
   int32_t* block_expert = nullptr;  // [MoeMaxBlocks]
   int32_t* num_blocks = nullptr;    // [1]
 };
@@ -74,11 +74,13 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 // tokens, 4.18 vs 3.97 at four (docs/benchmarks, session 10).
 inline constexpr int64_t kMoeGemvMaxTokens = 2;
 
+// Shared memory the GEMV needs for inputs of k features (one staged input row); the GEMM's is
+// fixed (static).
+int64_t MoeGemvSharedBytes(int64_t k);
+
 // MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
 // alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2),
 // the expert rows as the M of the MMA and the pair's input as a column of B.
-// Shared memory the GEMV needs for inputs of k features (one staged input row).
-int64_t MoeGemvSharedBytes(int64_t k);
 cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id

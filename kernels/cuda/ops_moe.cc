@@ -179,6 +179,10 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
     return OpError(kOp,
                    absl::StrCat(num_experts, " experts (supported: up to ", kMoeMaxExperts, ")"));
   }
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "hidden size", hidden));
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "gate_up rows", two_i));
+  // The GEMV stages one input row in shared memory (the GEMM's tiles are fixed); the batch-
+  // invariant mode never runs the GEMV but keeps the same limit, about 90k features.
   if (MoeGemvSharedBytes(std::max(hidden, inter)) > kMaxExpertsSharedBytes) {
     return OpError(kOp, absl::StrCat("hidden ", hidden, " and intermediate ", inter,
                                      " exceed the kernel's shared memory"));
