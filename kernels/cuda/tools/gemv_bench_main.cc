@@ -23,6 +23,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/norm.h"
+#include "kernels/cuda/tools/bench_util.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -31,16 +32,6 @@ using xserv::kernels::cuda::ElemType;
 using xserv::kernels::cuda::GemmCall;
 using xserv::kernels::cuda::GemmRunner;
 using xserv::kernels::cuda::GemvArgs;
-
-#define CHECK_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (expr);                                                      \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                  \
-                   cudaGetErrorString(err_));                                             \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 struct Shape {
   std::string name;
@@ -102,30 +93,9 @@ double TimeVariant(const Runner& r, const Variant& v, int calls, int repeats,
                    cudaStream_t stream) {
   for (size_t i = 0; i < r.weights.size(); ++i) r.Call(v, i, stream);  // plans, attributes
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) r.Call(v, static_cast<size_t>(i) % r.weights.size(), stream);
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  float best = 1e30f;
-  for (int rep = 0; rep < repeats + 1; ++rep) {  // the first replay warms up
-    CHECK_CUDA(cudaEventRecord(start, stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    if (rep > 0) best = std::min(best, ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  CHECK_CUDA(cudaGraphExecDestroy(exec));
-  CHECK_CUDA(cudaGraphDestroy(graph));
-  return best * 1000.0 / calls;
+  return xserv::kernels::cuda::bench::TimeGraphOfCalls(
+      [&](int i, cudaStream_t s) { r.Call(v, static_cast<size_t>(i) % r.weights.size(), s); },
+      calls, repeats, stream);
 }
 
 std::vector<Shape> ParseShapes(const std::string& spec) {
