@@ -13,6 +13,12 @@
 //  * A block with ref count > 1 is never written: AllocateSlots copies it first
 //    (copy-on-write). Sharing of partial blocks only arises through Fork().
 //  * A sequence's blocks live either all on the device or all on the host (swapped out).
+//  * With a window (window_tokens > 0, models with sliding-window layers) a sequence has a
+//    second table, for those layers' KV, drawn from the same pool (the KV cache gives a block id
+//    the memory of one full layer and one window layer alike). Once every later query is past
+//    them, its blocks are released (ReleaseOutsideWindow) and their entries read
+//    kReleasedBlock; the kernels start at the window's first key and never read them. Prefix
+//    caching is off with a window (a cached prefix would need its window blocks too).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,9 @@ struct BlockManagerConfig {
   int32_t block_size = 16;      // tokens per block
   int32_t num_host_blocks = 0;  // swap pool; 0 turns swapping off
   bool enable_prefix_caching = true;
+  // > 0: sliding-window layers see the last window_tokens keys; sequences get a window table
+  // (see the file comment). Needs enable_prefix_caching false.
+  int32_t window_tokens = 0;
 
   absl::Status Validate() const;
 };
@@ -78,6 +87,9 @@ struct BlockManagerStats {
   }
 };
 
+// A window table's entry for a block no query will read again.
+inline constexpr BlockId kReleasedBlock = -1;
+
 class BlockManager {
  public:
   explicit BlockManager(const BlockManagerConfig& config);  // config must Validate()
@@ -119,6 +131,11 @@ class BlockManager {
   // sequence). Call once their KV has been written. No-op when prefix caching is off.
   void CommitComputed(SeqId seq, std::span<const int32_t> tokens, int32_t num_computed);
 
+  // With a window: releases the window-table blocks wholly before the window of a query at
+  // position `num_computed` (every later query's window starts there or later). Call once the
+  // sequence's first `num_computed` tokens are computed. No-op without a window.
+  void ReleaseOutsideWindow(SeqId seq, int32_t num_computed);
+
   // Shares every block of device-resident `parent` with the new sequence `child` (parallel
   // sampling). The first append into a shared partial block copies it.
   absl::Status Fork(SeqId parent, SeqId child);
@@ -139,6 +156,10 @@ class BlockManager {
   bool IsSwappedOut(SeqId seq) const;
   // Device or host block ids, depending on where the sequence lives. Empty if unknown.
   std::span<const BlockId> BlockTable(SeqId seq) const;
+  // The window table (same length as BlockTable, released entries kReleasedBlock); empty
+  // without a window.
+  std::span<const BlockId> WindowTable(SeqId seq) const;
+  int32_t window_tokens() const { return window_tokens_; }
   int32_t RefCount(BlockId device_block) const { return device_.RefCount(device_block); }
   bool IsCached(BlockId device_block) const { return device_.IsCached(device_block); }
   int32_t NumSequences() const { return static_cast<int32_t>(seqs_.size()); }
@@ -152,8 +173,17 @@ class BlockManager {
   struct SeqBlocks {
     Location location = Location::kDevice;
     std::vector<BlockId> table;
+    std::vector<BlockId> window;   // with a window: the window table, else empty
     std::vector<uint64_t> hashes;  // chain hashes of the leading full computed blocks
   };
+  // The tables a sequence holds: the full one, and the window one with a window.
+  int NumTables() const { return window_tokens_ > 0 ? 2 : 1; }
+  static std::vector<BlockId>& Table(SeqBlocks& s, int t) { return t == 0 ? s.table : s.window; }
+  static const std::vector<BlockId>& Table(const SeqBlocks& s, int t) {
+    return t == 0 ? s.table : s.window;
+  }
+  // Entries of `s`'s tables that hold a block (released window entries do not).
+  int32_t NumHeld(const SeqBlocks& s) const;
 
   SeqBlocks& Get(SeqId seq);
   const SeqBlocks& Get(SeqId seq) const;
@@ -161,6 +191,7 @@ class BlockManager {
 
   int32_t block_size_;
   bool enable_prefix_caching_;
+  int32_t window_tokens_;
   DeviceBlockPool device_;
   int32_t num_host_blocks_;
   std::vector<BlockId> host_free_;  // stack

@@ -20,7 +20,9 @@ std::vector<int32_t> Iota(int32_t n, int32_t start = 0) {
 }
 
 BlockManagerConfig Config(int32_t device, int32_t host = 0, bool cache = true) {
-  return {.num_device_blocks = device, .block_size = 16, .num_host_blocks = host,
+  return {.num_device_blocks = device,
+          .block_size = 16,
+          .num_host_blocks = host,
           .enable_prefix_caching = cache};
 }
 
@@ -256,6 +258,141 @@ TEST(BlockManager, FreeOfSwappedSequenceReturnsHostBlocks) {
   bm.Free(1);
   EXPECT_EQ(bm.NumFreeHostBlocks(), 4);
   EXPECT_EQ(bm.NumSequences(), 0);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
+// Sliding-window layers: a second table per sequence from the same pool; blocks wholly before
+// the window of the next query are released.
+BlockManagerConfig WindowConfig(int32_t device, int32_t host = 0, int32_t window = 40) {
+  return {.num_device_blocks = device,
+          .block_size = 16,
+          .num_host_blocks = host,
+          .enable_prefix_caching = false,
+          .window_tokens = window};
+}
+
+TEST(BlockManagerConfig, WindowNeedsPrefixCachingOff) {
+  EXPECT_TRUE(WindowConfig(4).Validate().ok());
+  BlockManagerConfig cached = WindowConfig(4);
+  cached.enable_prefix_caching = true;
+  EXPECT_FALSE(cached.Validate().ok());
+  EXPECT_FALSE(WindowConfig(4, 0, -1).Validate().ok());
+}
+
+TEST(BlockManagerWindow, AllocatesBothTablesAndReleasesBlocksBeforeTheWindow) {
+  BlockManager bm(WindowConfig(16));
+  ASSERT_TRUE(bm.AllocateSequence(1, Iota(50), {}, 50, false).ok());
+  EXPECT_EQ(bm.BlockTable(1).size(), 4u);
+  EXPECT_EQ(bm.WindowTable(1).size(), 4u);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 8);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  // After 50 tokens the next query (position 50) reads keys 11..50: block 0 (keys 0-15) stays.
+  bm.ReleaseOutsideWindow(1, 50);
+  EXPECT_NE(bm.WindowTable(1)[0], kReleasedBlock);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 8);
+  // After 57: keys from 18 on; block 0 goes, block 1 (16-31) stays.
+  bm.ReleaseOutsideWindow(1, 57);
+  EXPECT_EQ(bm.WindowTable(1)[0], kReleasedBlock);
+  EXPECT_NE(bm.WindowTable(1)[1], kReleasedBlock);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 7);
+  EXPECT_EQ(bm.BlockTable(1).size(), 4u);  // the full table keeps everything
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  // Growing past block 3 takes a block in each table.
+  EXPECT_EQ(bm.NumBlocksNeeded(1, 57, 70), 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.AllocateSlots(1, 57, 70, &copies).ok());
+  EXPECT_EQ(bm.BlockTable(1).size(), 5u);
+  EXPECT_EQ(bm.WindowTable(1).size(), 5u);
+  EXPECT_TRUE(copies.empty());
+  bm.ReleaseOutsideWindow(1, 70);  // keys from 31 on: block 1 (16-31) still holds key 31
+  EXPECT_NE(bm.WindowTable(1)[1], kReleasedBlock);
+  bm.ReleaseOutsideWindow(1, 72);  // keys from 33 on
+  EXPECT_EQ(bm.WindowTable(1)[1], kReleasedBlock);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 8);  // 5 full + blocks 2..4 of the window
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  bm.Free(1);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 0);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
+TEST(BlockManagerWindow, AdmissionAndAppendCountBothTables) {
+  BlockManager bm(WindowConfig(5, 0, /*window=*/16));
+  // 40 tokens: 3 blocks per table, 6 in all; the pool has 5.
+  EXPECT_EQ(bm.AllocateSequence(1, Iota(40), {}, 40, false).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(bm.HasSequence(1));
+  ASSERT_TRUE(bm.AllocateSequence(1, Iota(32), {}, 32, false).ok());  // 2 + 2 blocks
+  // Block 2 takes one block in each table and one is free.
+  EXPECT_EQ(bm.MaxAppendableTokens(1, 32, 100), 0);
+  // With 32 tokens computed the next query reads keys 17.. : window block 0 is released.
+  bm.ReleaseOutsideWindow(1, 32);
+  EXPECT_EQ(bm.WindowTable(1)[0], kReleasedBlock);
+  EXPECT_EQ(bm.NumFreeDeviceBlocks(), 2);
+  EXPECT_EQ(bm.MaxAppendableTokens(1, 32, 100), 16);
+  EXPECT_EQ(bm.NumBlocksNeeded(1, 32, 48), 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.AllocateSlots(1, 32, 48, &copies).ok());
+  EXPECT_EQ(bm.NumFreeDeviceBlocks(), 0);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
+TEST(BlockManagerWindow, ForkSharesAndCopiesBothTables) {
+  BlockManager bm(WindowConfig(16));
+  ASSERT_TRUE(bm.AllocateSequence(1, Iota(60), {}, 60, false).ok());
+  bm.ReleaseOutsideWindow(1, 60);  // keys from 21 on: window block 0 released
+  ASSERT_TRUE(bm.Fork(1, 2).ok());
+  EXPECT_EQ(bm.WindowTable(2)[0], kReleasedBlock);
+  EXPECT_EQ(bm.RefCount(bm.WindowTable(1)[3]), 2);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  // Appending into the shared partial block 3 copies it in both tables.
+  EXPECT_EQ(bm.NumBlocksNeeded(2, 60, 61), 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.AllocateSlots(2, 60, 61, &copies).ok());
+  EXPECT_EQ(copies.size(), 2u);
+  EXPECT_NE(bm.BlockTable(2)[3], bm.BlockTable(1)[3]);
+  EXPECT_NE(bm.WindowTable(2)[3], bm.WindowTable(1)[3]);
+  EXPECT_EQ(bm.WindowTable(2)[1], bm.WindowTable(1)[1]);  // full blocks stay shared
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  bm.Free(1);
+  bm.Free(2);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 0);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
+TEST(BlockManagerWindow, SwapMovesOnlyHeldBlocks) {
+  BlockManager bm(WindowConfig(16, 7));
+  ASSERT_TRUE(bm.AllocateSequence(1, Iota(60), {}, 60, false).ok());  // 4 + 4 blocks
+  bm.ReleaseOutsideWindow(1, 60);                                     // 4 + 3 held
+  ASSERT_TRUE(bm.CanSwapOut(1));
+  std::vector<BlockSwap> out;
+  ASSERT_TRUE(bm.SwapOut(1, &out).ok());
+  EXPECT_EQ(out.size(), 7u);
+  EXPECT_EQ(bm.NumFreeHostBlocks(), 0);
+  EXPECT_EQ(bm.WindowTable(1)[0], kReleasedBlock);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 0);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  EXPECT_TRUE(bm.CanSwapIn(1, 9));
+  EXPECT_FALSE(bm.CanSwapIn(1, 10));
+  std::vector<BlockSwap> in;
+  ASSERT_TRUE(bm.SwapIn(1, &in).ok());
+  EXPECT_EQ(in.size(), 7u);
+  EXPECT_EQ(bm.WindowTable(1)[0], kReleasedBlock);
+  EXPECT_EQ(bm.NumFreeHostBlocks(), 7);
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 7);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+  std::vector<BlockSwap> again;
+  ASSERT_TRUE(bm.SwapOut(1, &again).ok());
+  bm.Free(1);  // a swapped-out sequence returns its held host blocks only
+  EXPECT_EQ(bm.NumFreeHostBlocks(), 7);
+  EXPECT_TRUE(bm.CheckInvariants().ok());
+}
+
+TEST(BlockManagerWindow, NoWindowMeansNoWindowTable) {
+  BlockManager bm(Config(8, 0, false));
+  ASSERT_TRUE(bm.AllocateSequence(1, Iota(40), {}, 40, false).ok());
+  EXPECT_TRUE(bm.WindowTable(1).empty());
+  bm.ReleaseOutsideWindow(1, 40);  // no-op
+  EXPECT_EQ(bm.Stats().num_used_device_blocks, 3);
   EXPECT_TRUE(bm.CheckInvariants().ok());
 }
 
