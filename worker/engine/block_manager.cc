@@ -184,6 +184,14 @@ void BlockManager::ReleaseOutsideWindow(SeqId seq, int32_t num_computed) {
   }
 }
 
+int32_t BlockManager::MaxBlocksHeld(int64_t num_tokens, int32_t max_chunk) const {
+  const int32_t full = BlocksFor(num_tokens);
+  if (window_tokens_ == 0) return full;
+  // A chunk [s, e) reads keys from s - window + 1 on: at most window + chunk - 1 positions,
+  // spread over one block more than they fill.
+  return full + std::min(full, BlocksFor(int64_t{window_tokens_} + max_chunk - 1) + 1);
+}
+
 int32_t BlockManager::NumHeld(const SeqBlocks& s) const {
   int32_t held = static_cast<int32_t>(s.table.size());
   for (BlockId b : s.window) held += b != kReleasedBlock;

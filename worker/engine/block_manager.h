@@ -160,6 +160,13 @@ class BlockManager {
   // without a window.
   std::span<const BlockId> WindowTable(SeqId seq) const;
   int32_t window_tokens() const { return window_tokens_; }
+  // Tables per sequence: 2 with a window, else 1. Every block of positions costs one block in
+  // each.
+  int NumTables() const { return window_tokens_ > 0 ? 2 : 1; }
+  // The most device blocks a sequence of `num_tokens` holds at once when it computes at most
+  // `max_chunk` tokens per step: its full table, plus with a window the window's blocks and a
+  // chunk's.
+  int32_t MaxBlocksHeld(int64_t num_tokens, int32_t max_chunk) const;
   int32_t RefCount(BlockId device_block) const { return device_.RefCount(device_block); }
   bool IsCached(BlockId device_block) const { return device_.IsCached(device_block); }
   int32_t NumSequences() const { return static_cast<int32_t>(seqs_.size()); }
@@ -176,8 +183,7 @@ class BlockManager {
     std::vector<BlockId> window;   // with a window: the window table, else empty
     std::vector<uint64_t> hashes;  // chain hashes of the leading full computed blocks
   };
-  // The tables a sequence holds: the full one, and the window one with a window.
-  int NumTables() const { return window_tokens_ > 0 ? 2 : 1; }
+  // Table t of `s`: 0 the full one, 1 the window one (with a window).
   static std::vector<BlockId>& Table(SeqBlocks& s, int t) { return t == 0 ? s.table : s.window; }
   static const std::vector<BlockId>& Table(const SeqBlocks& s, int t) {
     return t == 0 ? s.table : s.window;

@@ -33,9 +33,9 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   if (prompt_len == 0) return absl::InvalidArgumentError("prompt is empty");
   if (spec.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
   if (prompt_len >= config_.max_model_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt has ", prompt_len, " tokens; max_model_len ", config_.max_model_len,
-                     " leaves no room to generate"));
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt_len,
+                                                   " tokens; max_model_len ", config_.max_model_len,
+                                                   " leaves no room to generate"));
   }
   if (requests_.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", spec.id, " is already live"));
@@ -48,8 +48,8 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r->num_prompt_tokens = static_cast<int32_t>(prompt_len);
   r->spec = std::move(spec);
   waiting_.emplace(r->key, r.get());
-  spdlog::debug("request {}: queued ({} prompt tokens, max_tokens {}, priority {})",
-                r->spec.id, prompt_len, r->spec.max_tokens, r->spec.priority);
+  spdlog::debug("request {}: queued ({} prompt tokens, max_tokens {}, priority {})", r->spec.id,
+                prompt_len, r->spec.max_tokens, r->spec.priority);
   requests_.emplace(r->spec.id, std::move(r));
   return absl::OkStatus();
 }
@@ -124,11 +124,12 @@ StepPlan Scheduler::Step() {
       if (full() || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
       Request* r = Find(id);
       XSERV_CHECK(r != nullptr);
-      if (blocks_.BlocksFor(r->num_tokens()) > blocks_.num_device_blocks()) {
+      const int32_t most_blocks =
+          blocks_.MaxBlocksHeld(r->num_tokens(), config_.max_num_batched_tokens);
+      if (most_blocks > blocks_.num_device_blocks()) {
         Finish(r, FinishReason::kError,
-               absl::StrCat("sequence of ", r->num_tokens(), " tokens needs ",
-                            blocks_.BlocksFor(r->num_tokens()), " KV blocks; the pool has ",
-                            blocks_.num_device_blocks()));
+               absl::StrCat("sequence of ", r->num_tokens(), " tokens needs ", most_blocks,
+                            " KV blocks; the pool has ", blocks_.num_device_blocks()));
         continue;
       }
       const int32_t n = ScheduleAdmission(r, budget, plan);
@@ -179,9 +180,10 @@ int32_t Scheduler::ScheduleRunning(Request* r, int32_t budget, StepPlan& plan) {
     // Without chunking a prefill is all or nothing; a decode wants 1 anyway.
     if (!config_.enable_chunked_prefill && n < want) n = 0;
     if (n > 0) {
-      XSERV_CHECK(blocks_.AllocateSlots(id, r->num_computed_tokens, r->num_computed_tokens + n,
-                                        &plan.copies)
-                      .ok());
+      XSERV_CHECK(
+          blocks_
+              .AllocateSlots(id, r->num_computed_tokens, r->num_computed_tokens + n, &plan.copies)
+              .ok());
       AddToPlan(r, n, /*resumed=*/false, plan);
       return n;
     }
@@ -192,10 +194,10 @@ int32_t Scheduler::ScheduleRunning(Request* r, int32_t budget, StepPlan& plan) {
     }
     if (running_.size() == 1) {
       // Alone it has the whole pool: waiting would never help.
-      Finish(r, FinishReason::kError,
-             absl::StrCat("sequence of ", r->num_tokens(),
-                          " tokens does not fit in the KV pool of ", blocks_.num_device_blocks(),
-                          " blocks"));
+      Finish(
+          r, FinishReason::kError,
+          absl::StrCat("sequence of ", r->num_tokens(), " tokens does not fit in the KV pool of ",
+                       blocks_.num_device_blocks(), " blocks"));
     } else if (r->state == RequestState::kDecoding) {
       Preempt(r, plan);
     }
@@ -211,15 +213,16 @@ int32_t Scheduler::ScheduleSwapIn(Request* r, int32_t budget, StepPlan& plan) {
   const int32_t want = ChunkLimit(r->num_tokens() - r->num_computed_tokens, budget);
   if (want == 0) return 0;
   const int32_t num_table = static_cast<int32_t>(blocks_.BlockTable(id).size());
-  const int32_t extra = std::max(0, blocks_.BlocksFor(r->num_computed_tokens + want) - num_table);
+  const int32_t extra = std::max(0, blocks_.BlocksFor(r->num_computed_tokens + want) - num_table) *
+                        blocks_.NumTables();
   if (!blocks_.CanSwapIn(id, extra)) return 0;
   XSERV_CHECK(blocks_.SwapIn(id, &plan.swap_in).ok());
   swapped_.erase(r->key);
   running_.emplace(r->key, r);
   TransitionState(*r, r->RunningPhase());
-  XSERV_CHECK(blocks_.AllocateSlots(id, r->num_computed_tokens, r->num_computed_tokens + want,
-                                    &plan.copies)
-                  .ok());
+  XSERV_CHECK(
+      blocks_.AllocateSlots(id, r->num_computed_tokens, r->num_computed_tokens + want, &plan.copies)
+          .ok());
   AddToPlan(r, want, /*resumed=*/true, plan);
   return want;
 }
@@ -237,13 +240,14 @@ int32_t Scheduler::ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan)
   const int32_t reserve = running_.empty() ? 0 : admission_reserve_blocks_;
   const int32_t spare = blocks_.NumFreeDeviceBlocks() - match.num_evictable - reserve;
   if (spare < 0) return 0;
+  // Each new block of positions costs a block in every table (no prefix hits with a window).
   const int32_t num_matched_blocks = static_cast<int32_t>(match.blocks.size());
-  int32_t n = std::min(want, (num_matched_blocks + spare) * blocks_.block_size() -
-                                 match.num_tokens);
+  int32_t n =
+      std::min(want, (num_matched_blocks + spare / blocks_.NumTables()) * blocks_.block_size() -
+                         match.num_tokens);
   if (n <= 0 || (!config_.enable_chunked_prefill && n < want)) return 0;
 
-  XSERV_CHECK(blocks_.AllocateSequence(id, r->tokens, match, match.num_tokens + n, use_cache)
-                  .ok());
+  XSERV_CHECK(blocks_.AllocateSequence(id, r->tokens, match, match.num_tokens + n, use_cache).ok());
   const bool resumed = r->state == RequestState::kPreemptedRecompute;
   if (!resumed && r->num_steps_scheduled == 0) num_prompt_tokens_total_ += r->num_prompt_tokens;
   r->num_computed_tokens = match.num_tokens;
@@ -296,6 +300,8 @@ void Scheduler::AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, Step
   s.num_computed_tokens_after = end;
   auto table = blocks_.BlockTable(r->spec.id);
   s.block_table.assign(table.begin(), table.end());
+  auto window = blocks_.WindowTable(r->spec.id);
+  s.block_table.insert(s.block_table.end(), window.begin(), window.end());
   s.samples = end == r->num_tokens();
   s.is_new = r->num_steps_scheduled == 0;
   s.resumed = resumed;
@@ -321,8 +327,8 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
   }
   const InFlightStep& step = in_flight_.front();
   if (result.step_id != step.step_id) {
-    return absl::InvalidArgumentError(absl::StrCat("result for step ", result.step_id,
-                                                   ", expected ", step.step_id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("result for step ", result.step_id, ", expected ", step.step_id));
   }
   // Validate before mutating: one token per live sampling entry, none for anything else.
   // Requests aborted since Step() are gone; tokens for them are dropped.
@@ -351,6 +357,8 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
     r->num_computed_tokens += f.num_new_tokens;
     r->in_flight = false;
     blocks_.CommitComputed(f.id, r->tokens, r->num_computed_tokens);
+    // Later steps (in flight or planned) query from num_computed_tokens on.
+    blocks_.ReleaseOutsideWindow(f.id, r->num_computed_tokens);
   }
   in_flight_.pop_front();
 
@@ -453,8 +461,8 @@ absl::Status Scheduler::CheckInvariants() const {
     return absl::OkStatus();
   };
   using S = RequestState;
-  RETURN_IF_ERROR(check_queue(
-      waiting_, [](S s) { return s == S::kWaiting || s == S::kPreemptedRecompute; }));
+  RETURN_IF_ERROR(
+      check_queue(waiting_, [](S s) { return s == S::kWaiting || s == S::kPreemptedRecompute; }));
   RETURN_IF_ERROR(
       check_queue(running_, [](S s) { return s == S::kPrefilling || s == S::kDecoding; }));
   RETURN_IF_ERROR(check_queue(swapped_, [](S s) { return s == S::kPreemptedSwapped; }));
@@ -473,8 +481,8 @@ absl::Status Scheduler::CheckInvariants() const {
     if (!blocks_.HasSequence(id) || blocks_.IsSwappedOut(id)) {
       return absl::InternalError(absl::StrCat("running request ", id, " has no device table"));
     }
-    const int32_t covered = static_cast<int32_t>(blocks_.BlockTable(id).size()) *
-                            blocks_.block_size();
+    const int32_t covered =
+        static_cast<int32_t>(blocks_.BlockTable(id).size()) * blocks_.block_size();
     if (covered < r->num_computed_tokens || r->num_computed_tokens >= r->num_tokens()) {
       return absl::InternalError(absl::StrCat("running request ", id, " has bad counts"));
     }

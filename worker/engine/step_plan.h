@@ -25,10 +25,12 @@ namespace xserv::engine {
 
 struct ScheduledSequence {
   RequestId request_id = 0;
-  std::vector<int32_t> token_ids;  // to feed this step: a prefill chunk or one decode token
-  int32_t start_position = 0;      // tokens already in KV == position of token_ids[0]
+  std::vector<int32_t> token_ids;         // to feed this step: a prefill chunk or one decode token
+  int32_t start_position = 0;             // tokens already in KV == position of token_ids[0]
   int32_t num_computed_tokens_after = 0;  // start_position + token_ids.size()
-  std::vector<BlockId> block_table;       // full device table, covers ..._after slots
+  // Full device table, covers ..._after slots; with a window table (BlockManagerConfig::
+  // window_tokens) that table follows, as long again (released entries kReleasedBlock).
+  std::vector<BlockId> block_table;
   // True when this step's last position yields a token to sample: every decode and the final
   // chunk of a prefill. Intermediate chunks only fill KV.
   bool samples = false;

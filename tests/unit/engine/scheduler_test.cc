@@ -430,5 +430,77 @@ TEST(Scheduler, PayloadAndStatsAreReported) {
   EXPECT_EQ(stats.num_running + stats.num_waiting + stats.num_swapped, 0);
 }
 
+// Sliding-window layers (BlockManagerConfig::window_tokens): each plan's table carries the window
+// table after the full one; the window keeps only the blocks its queries read.
+SchedulerConfig WindowConfig(int32_t device_blocks) {
+  SchedulerConfig c = RoomyConfig();
+  c.max_num_batched_tokens = 32;
+  c.blocks.enable_prefix_caching = false;
+  c.blocks.window_tokens = 32;
+  c.blocks.num_device_blocks = device_blocks;
+  return c;
+}
+
+TEST(Scheduler, WindowTableHoldsOnlyTheWindowsBlocks) {
+  ManualClock clock;
+  // 40 + 200 tokens: 15 full blocks, and at most 5 window blocks (a 32-token chunk over a
+  // 32-token window spans 63 positions, 4 blocks, plus one for a block boundary).
+  const SchedulerConfig c = WindowConfig(20);
+  auto s = MakeScheduler(c, &clock);
+  Driver driver(*s, kVocab);
+  const auto prompt = Prompt(40, 1);
+  ASSERT_TRUE(s->AddRequest(Spec(1, prompt, 200)).ok());
+  bool saw_released = false;
+  while (s->HasPendingWork()) {
+    const StepPlan plan = driver.Step();
+    for (const ScheduledSequence& seq : plan.seqs) {
+      ASSERT_EQ(seq.block_table.size() % 2, 0u);
+      const size_t n = seq.block_table.size() / 2;
+      const int32_t end = seq.num_computed_tokens_after;
+      ASSERT_GE(static_cast<int32_t>(n) * 16, end);
+      // Every block this step's queries read or write is held.
+      const int32_t first_key = std::max(0, seq.start_position - 31);
+      int32_t held = 0;
+      for (size_t j = 0; j < n; ++j) {
+        const BlockId b = seq.block_table[n + j];
+        const bool read = static_cast<int32_t>(j) >= first_key / 16 &&
+                          static_cast<int32_t>(j) * 16 < end;
+        if (read) {
+          EXPECT_NE(b, kReleasedBlock) << "block " << j << " at " << seq.start_position;
+        }
+        if (b == kReleasedBlock) {
+          saw_released = true;
+        } else {
+          ++held;
+        }
+      }
+      // The window plus this step's tokens, one block of slack for a boundary and one for the
+      // step in flight whose results have not released its predecessor's blocks yet.
+      const int32_t chunk = static_cast<int32_t>(seq.token_ids.size());
+      EXPECT_LE(held, (32 + chunk - 1 + 15) / 16 + 2) << "at " << seq.start_position;
+    }
+    ASSERT_TRUE(s->CheckInvariants().ok());
+  }
+  EXPECT_TRUE(saw_released);
+  ExpectMatchesReference(driver, 1, prompt, 200, c.max_model_len);
+  EXPECT_EQ(s->Stats().blocks.num_used_device_blocks, 0);
+}
+
+TEST(Scheduler, WindowTableCountsTowardsThePool) {
+  ManualClock clock;
+  // A 100-token prompt: 7 full blocks, and its 32-token chunks over the window up to 5 more.
+  auto s = MakeScheduler(WindowConfig(11), &clock);
+  Driver driver(*s, kVocab);
+  ASSERT_TRUE(s->AddRequest(Spec(1, Prompt(100, 1), 4)).ok());
+  ASSERT_TRUE(s->AddRequest(Spec(2, Prompt(10, 2), 4)).ok());
+  driver.RunToCompletion(50);
+  EXPECT_EQ(driver.outcomes().at(1).reason, FinishReason::kError);
+  EXPECT_THAT(driver.outcomes().at(1).message, ::testing::HasSubstr("needs 12 KV blocks"));
+  ExpectMatchesReference(driver, 2, Prompt(10, 2), 4, 1024);
+  SchedulerConfig cached = WindowConfig(20);
+  cached.blocks.enable_prefix_caching = true;
+  EXPECT_FALSE(cached.Validate().ok());
+}
+
 }  // namespace
 }  // namespace xserv::engine
