@@ -54,6 +54,16 @@ struct AttentionParams {
   const Tensor* sinks = nullptr;  // optional f32/bf16 [num_heads]: extra softmax logit per head
 };
 
+// The first entry of a sequence's block table that Attention reads: with a sliding window, the
+// blocks wholly before its first new row's window are never read (a KV manager may have released
+// them: worker/engine/block_manager.h), so backends check only the entries from here on.
+inline int64_t FirstReadBlock(int64_t seq_len, int64_t q_len, int64_t block_size,
+                              int sliding_window) {
+  if (sliding_window <= 0) return 0;
+  const int64_t first_key = seq_len - q_len - sliding_window + 1;
+  return first_key > 0 ? first_key / block_size : 0;
+}
+
 // What QkNormRopeWriteKv does to the step's new queries and keys before they are cached. Null
 // pointers leave a stage out.
 struct QkNormRope {

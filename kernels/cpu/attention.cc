@@ -136,7 +136,8 @@ absl::Status CpuBackend::Attention(const Tensor& q, const KvLayer& kv, const Att
                                        " kv tokens, block table width ", table_width));
     }
     const int32_t* table = tables + s * table_width;
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = FirstReadBlock(lens[s], q_len, block_size, params.sliding_window);
+         b < blocks; ++b) {
       if (table[b] < 0 || table[b] >= num_blocks) {
         return OpError(kOp, absl::StrCat("sequence ", s, ": block ", table[b],
                                          " outside the pool of ", num_blocks));

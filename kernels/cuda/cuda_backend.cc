@@ -250,7 +250,8 @@ absl::Status CudaBackend::CheckIndices(const char* op, const char* what, const T
 }
 
 absl::Status CudaBackend::CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
-                                                 const AttentionBatch& batch) {
+                                                 const AttentionBatch& batch,
+                                                 int sliding_window) {
   constexpr const char* kOp = "Attention";
   const int n = batch.num_seqs;
   const int64_t width = batch.block_tables.dim(1);
@@ -269,7 +270,8 @@ absl::Status CudaBackend::CheckAttentionMetadata(const Tensor& q, const KvLayer&
       return OpError(kOp, absl::StrCat("sequence ", s, ": ", q_len, " queries, ", lens[s],
                                        " kv tokens, block table width ", width));
     }
-    for (int64_t b = 0; b < (lens[s] + block_size - 1) / block_size; ++b) {
+    for (int64_t b = FirstReadBlock(lens[s], q_len, block_size, sliding_window);
+         b < (lens[s] + block_size - 1) / block_size; ++b) {
       const int32_t block = tables[s * width + b];
       if (block < 0 || block >= num_blocks) {
         return OpError(kOp, absl::StrCat("sequence ", s, " block ", b, " is ", block,

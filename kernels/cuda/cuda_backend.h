@@ -163,7 +163,7 @@ class CudaBackend final : public Backend {
   absl::Status MatmulW8A8(const GemmCall& call, const Fp8Weight& w);
   // check_each_op: the CPU backend's host-side checks of the step's attention metadata.
   absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
-                                      const AttentionBatch& batch);
+                                      const AttentionBatch& batch, int sliding_window);
 
   // `buffer` holds at least `bytes` (reallocated, contents lost, when it does not; the old
   // allocation is retired, not freed, since a graph may use it).

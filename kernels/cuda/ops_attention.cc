@@ -220,7 +220,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     sinks = params.sinks->as<float>();
   }
   if (options_.check_each_op && tokens > 0) {
-    RETURN_IF_ERROR(CheckAttentionMetadata(q, kv, batch));
+    RETURN_IF_ERROR(CheckAttentionMetadata(q, kv, batch, params.sliding_window));
   }
   PagedAttentionArgs args{.q = q.data,
                                 .q_token_stride = q.stride(0),

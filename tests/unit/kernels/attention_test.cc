@@ -300,6 +300,36 @@ TEST_P(AttentionOpTest, RejectsInconsistentBatches) {
                    .ok());
 }
 
+// Table entries before a sliding window are never read, so a released one (-1) passes there and
+// nowhere else: a decode row at position 4 (block size 4) with a window of 1 reads only block
+// entry 1; with a window of 2 it reads key 3 in entry 0.
+TEST_P(AttentionOpTest, ReleasedBlocksBeforeTheWindowAreNotRead) {
+  std::vector<float> pool(4 * 4 * 1 * 8);
+  std::mt19937 rng(7);
+  for (float& x : pool) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  const KvLayer kv{.k = Upload(pool, {4, 4, 1, 8}), .v = Upload(pool, {4, 4, 1, 8})};
+  std::vector<float> q_values(8, 0.5f);
+  const Tensor q = Upload(q_values, {1, 8}).UnflattenLast(1, 8);
+  const auto batch = [&](std::vector<int32_t> table) {
+    return AttentionBatch{.query_start = UploadI32({0, 1}, {2}),
+                          .seq_lens = UploadI32({5}, {1}),
+                          .block_tables = UploadI32(table, {1, 2}),
+                          .slot_mapping = UploadI32({1}, {1}),
+                          .num_seqs = 1,
+                          .max_query_len = 1,
+                          .max_seq_len = 5,
+                          .block_size = 4};
+  };
+  const Tensor held = Poisoned({1, 1, 8}), released = Poisoned({1, 1, 8});
+  ASSERT_TRUE(backend().Attention(q, kv, batch({2, 0}), {.sliding_window = 1}, held).ok());
+  ASSERT_TRUE(backend().Attention(q, kv, batch({-1, 0}), {.sliding_window = 1}, released).ok());
+  EXPECT_EQ(Download(held), Download(released));
+  EXPECT_EQ(backend().Attention(q, kv, batch({-1, 0}), {.sliding_window = 2}, released).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().Attention(q, kv, batch({-1, 0}), {}, released).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(AttentionOpTest, WriteKvRejectsSlotsOutsideThePool) {
   std::vector<float> pool(4 * 4 * 1 * 8, 0.5f), kv_new(2 * 8, 1.0f);
   KvLayer kv{.k = Upload(pool, {4, 4, 1, 8}), .v = Upload(pool, {4, 4, 1, 8})};
