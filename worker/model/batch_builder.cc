@@ -23,6 +23,11 @@ absl::StatusOr<BatchBuilder> BatchBuilder::Create(kernels::Backend& backend,
                    backend.Allocate(i32, {limits.max_seqs, limits.max_blocks_per_seq}));
   ASSIGN_OR_RETURN(b.slot_mapping_, backend.Allocate(i32, {limits.max_tokens}));
   ASSIGN_OR_RETURN(b.logits_indices_, backend.Allocate(i32, {limits.max_tokens}));
+  if (limits.window_tables) {
+    ASSIGN_OR_RETURN(b.window_block_tables_,
+                     backend.Allocate(i32, {limits.max_seqs, limits.max_blocks_per_seq}));
+    ASSIGN_OR_RETURN(b.window_slot_mapping_, backend.Allocate(i32, {limits.max_tokens}));
+  }
   return b;
 }
 
@@ -31,8 +36,8 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   const int64_t real_seqs = static_cast<int64_t>(chunks.size());
   const int64_t num_seqs = std::max(real_seqs, options.pad_seqs_to);
   if (real_seqs < 1 || num_seqs > limits_.max_seqs) {
-    return absl::InvalidArgumentError(absl::StrCat("step has ", num_seqs, " sequences, limit ",
-                                                   limits_.max_seqs));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step has ", num_seqs, " sequences, limit ", limits_.max_seqs));
   }
   host_tokens_.clear();
   host_positions_.clear();
@@ -41,6 +46,9 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   host_query_start_.assign(1, 0);
   host_seq_lens_.clear();
   host_block_tables_.assign(num_seqs * limits_.max_blocks_per_seq, 0);
+  host_window_slots_.clear();
+  if (limits_.window_tables)
+    host_window_block_tables_.assign(num_seqs * limits_.max_blocks_per_seq, 0);
   int max_query_len = 0, max_seq_len = options.min_max_seq_len;
   uint32_t query_len_mask = 0;
   const auto note_query_len = [&query_len_mask](int64_t n) {
@@ -51,21 +59,43 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
     const int64_t n = static_cast<int64_t>(c.tokens.size());
     const int64_t end = c.start_position + n;
     const int64_t blocks_needed = (end + limits_.block_size - 1) / limits_.block_size;
-    if (n < 1 || c.start_position < 0 || blocks_needed > static_cast<int64_t>(c.block_table.size()) ||
-        static_cast<int64_t>(c.block_table.size()) > limits_.max_blocks_per_seq) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence ", s, ": ", n, " tokens from position ", c.start_position, " need ",
-          blocks_needed, " blocks, table has ", c.block_table.size(), " (limit ",
-          limits_.max_blocks_per_seq, ")"));
+    // With window tables the chunk's table is the full one, then the window one.
+    if (limits_.window_tables && c.block_table.size() % 2 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": an odd table of ", c.block_table.size(),
+                       " entries cannot hold a full and a window table"));
+    }
+    const std::span<const int32_t> table =
+        limits_.window_tables ? c.block_table.first(c.block_table.size() / 2) : c.block_table;
+    if (n < 1 || c.start_position < 0 || blocks_needed > static_cast<int64_t>(table.size()) ||
+        static_cast<int64_t>(table.size()) > limits_.max_blocks_per_seq) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, ": ", n, " tokens from position ", c.start_position,
+                       " need ", blocks_needed, " blocks, table has ", table.size(), " (limit ",
+                       limits_.max_blocks_per_seq, ")"));
+    }
+    if (limits_.window_tables) {
+      const std::span<const int32_t> window = c.block_table.last(table.size());
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = c.start_position + i;
+        const int32_t block = window[pos / limits_.block_size];
+        if (block < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "sequence ", s, ": the window table has no block for new position ", pos));
+        }
+        host_window_slots_.push_back(
+            static_cast<int32_t>(block * limits_.block_size + pos % limits_.block_size));
+      }
+      std::copy(window.begin(), window.end(),
+                host_window_block_tables_.begin() + s * limits_.max_blocks_per_seq);
     }
     const int64_t row0 = static_cast<int64_t>(host_tokens_.size());
     for (int64_t i = 0; i < n; ++i) {
       const int64_t pos = c.start_position + i;
       host_tokens_.push_back(c.tokens[i]);
       host_positions_.push_back(static_cast<int32_t>(pos));
-      host_slots_.push_back(static_cast<int32_t>(c.block_table[pos / limits_.block_size] *
-                                                     limits_.block_size +
-                                                 pos % limits_.block_size));
+      host_slots_.push_back(static_cast<int32_t>(
+          table[pos / limits_.block_size] * limits_.block_size + pos % limits_.block_size));
     }
     if (c.logits == LogitsRows::kLast) host_logits_indices_.push_back(row0 + n - 1);
     if (c.logits == LogitsRows::kAll) {
@@ -73,7 +103,7 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
     }
     host_query_start_.push_back(static_cast<int32_t>(row0 + n));
     host_seq_lens_.push_back(static_cast<int32_t>(end));
-    std::copy(c.block_table.begin(), c.block_table.end(),
+    std::copy(table.begin(), table.end(),
               host_block_tables_.begin() + s * limits_.max_blocks_per_seq);
     max_query_len = std::max<int>(max_query_len, n);
     note_query_len(n);
@@ -84,6 +114,7 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
     host_tokens_.push_back(0);
     host_positions_.push_back(0);
     host_slots_.push_back(-1);
+    if (limits_.window_tables) host_window_slots_.push_back(-1);
     host_logits_indices_.push_back(row);
     host_query_start_.push_back(row + 1);
     host_seq_lens_.push_back(1);
@@ -93,8 +124,8 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   }
   const int64_t tokens = static_cast<int64_t>(host_tokens_.size());
   if (tokens > limits_.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("step has ", tokens, " tokens, limit ",
-                                                   limits_.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step has ", tokens, " tokens, limit ", limits_.max_tokens));
   }
   ForwardInputs in;
   in.token_ids = token_ids_.view().SliceRows(0, tokens);
@@ -117,6 +148,16 @@ absl::StatusOr<ForwardInputs> BatchBuilder::Build(std::span<const SequenceChunk>
   RETURN_IF_ERROR(backend_->CopyFromHost(host_seq_lens_.data(), in.attention.seq_lens));
   RETURN_IF_ERROR(backend_->CopyFromHost(host_block_tables_.data(), in.attention.block_tables));
   RETURN_IF_ERROR(backend_->CopyFromHost(host_slots_.data(), in.attention.slot_mapping));
+  if (limits_.window_tables) {
+    in.has_window_attention = true;
+    in.window_attention = in.attention;
+    in.window_attention.block_tables = window_block_tables_.view().SliceRows(0, num_seqs);
+    in.window_attention.slot_mapping = window_slot_mapping_.view().SliceRows(0, tokens);
+    RETURN_IF_ERROR(
+        backend_->CopyFromHost(host_window_block_tables_.data(), in.window_attention.block_tables));
+    RETURN_IF_ERROR(
+        backend_->CopyFromHost(host_window_slots_.data(), in.window_attention.slot_mapping));
+  }
   return in;
 }
 

@@ -20,8 +20,10 @@ enum class LogitsRows { kNone, kLast, kAll };
 // One sequence's part of a step: `tokens` at positions start_position, start_position + 1, ...
 struct SequenceChunk {
   std::span<const int32_t> tokens;
-  int32_t start_position = 0;            // tokens already in the KV cache
-  std::span<const int32_t> block_table;  // physical blocks covering start_position + size
+  int32_t start_position = 0;  // tokens already in the KV cache
+  // Physical blocks covering start_position + size; with BatchLimits::window_tables the
+  // sliding-window layers' table follows, as long again (entries before the window may be -1).
+  std::span<const int32_t> block_table;
   LogitsRows logits = LogitsRows::kLast;
 };
 
@@ -30,6 +32,9 @@ struct BatchLimits {
   int64_t max_seqs = 256;
   int64_t max_blocks_per_seq = 256;
   int64_t block_size = 16;
+  // Chunks carry a window table after the full one (worker/engine/block_manager.h), which
+  // becomes ForwardInputs::window_attention.
+  bool window_tables = false;
 };
 
 // Extras of graph replays (decode_graphs.h): shapes fixed per bucket.
@@ -58,9 +63,10 @@ class BatchBuilder {
   kernels::Backend* backend_;
   BatchLimits limits_;
   kernels::Buffer token_ids_, positions_, query_start_, seq_lens_, block_tables_, slot_mapping_,
-      logits_indices_;
+      logits_indices_, window_block_tables_, window_slot_mapping_;
   std::vector<int32_t> host_tokens_, host_positions_, host_query_start_, host_seq_lens_,
-      host_block_tables_, host_slots_, host_logits_indices_;
+      host_block_tables_, host_slots_, host_logits_indices_, host_window_block_tables_,
+      host_window_slots_;
 };
 
 }  // namespace xserv::model

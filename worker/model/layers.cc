@@ -381,14 +381,17 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
   kernels::QkNormRope qk{.eps = static_cast<float>(c.norm_eps)};
   if (!w.q_norm.empty()) qk.q_norm = &q_norm, qk.k_norm = &k_norm;
   if (rope_table != nullptr) qk.positions = &in.positions, qk.cos_sin = rope_table;
-  RETURN_IF_ERROR(backend.QkNormRopeWriteKv(q_heads, k_heads, v_heads, qk, kv,
-                                            in.attention.slot_mapping));
   kernels::AttentionParams params;
   params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   params.sliding_window = static_cast<int>(c.SlidingWindowForLayer(layer));
   params.sinks = OrNull(w.sinks);
+  // Sliding-window layers keep their KV in the window tables when the step has them.
+  const kernels::AttentionBatch& batch =
+      params.sliding_window > 0 && in.has_window_attention ? in.window_attention : in.attention;
+  RETURN_IF_ERROR(
+      backend.QkNormRopeWriteKv(q_heads, k_heads, v_heads, qk, kv, batch.slot_mapping));
   const Tensor attn = ws.attn.view().SliceRows(0, tokens);
-  RETURN_IF_ERROR(backend.Attention(q_heads, kv, in.attention, params,
+  RETURN_IF_ERROR(backend.Attention(q_heads, kv, batch, params,
                                     attn.UnflattenLast(c.num_heads, c.head_dim)));
   return RunLinear(backend, attn, w.o, OrNull(w.o_bias),
                         ws.block_out.view().SliceRows(0, tokens));

@@ -41,10 +41,14 @@ namespace xserv::model {
 // One step's inputs, already on the backend's device. Rows are tokens: the tokens of every
 // scheduled sequence (prefill chunks and decode tokens), sequence after sequence.
 struct ForwardInputs {
-  kernels::Tensor token_ids;       // i32 [T]
-  kernels::Tensor positions;       // i32 [T]: position of each token in its sequence
+  kernels::Tensor token_ids;  // i32 [T]
+  kernels::Tensor positions;  // i32 [T]: position of each token in its sequence
   kernels::AttentionBatch attention;
   kernels::Tensor logits_indices;  // i32 [L]: rows whose next-token logits are wanted
+  // With window tables (BatchLimits::window_tables): `attention` with the sliding-window layers'
+  // own block tables and KV slots, which those layers use instead.
+  bool has_window_attention = false;
+  kernels::AttentionBatch window_attention;
 };
 
 struct ModelLoadOptions {

@@ -48,6 +48,56 @@ TEST(BatchBuilder, PadsDecodeStepsForGraphs) {
   EXPECT_FALSE(builder->Build(chunks, {.pad_seqs_to = 9}).ok());  // beyond max_seqs
 }
 
+// Window tables (BatchLimits::window_tables): a chunk's table is the full one, then the window
+// one; the sliding-window layers get the second as their block tables and KV slots, released
+// entries (-1) before the window passed through, and a written position must have a block.
+TEST(BatchBuilder, SplitsWindowTablesIntoTheirOwnBatch) {
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
+  auto builder = BatchBuilder::Create(
+      backend, BatchLimits{.max_tokens = 16, .max_seqs = 4, .max_blocks_per_seq = 3,
+                           .block_size = 4, .window_tables = true});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  const std::vector<int32_t> a = {11, 12}, b = {22};
+  // a: positions 9, 10 over full blocks {5, 6, 7} and window blocks {-1, 2, 3};
+  // b: position 2 over full {4} and window {1}.
+  const std::vector<int32_t> table_a = {5, 6, 7, -1, 2, 3}, table_b = {4, 1};
+  const std::vector<SequenceChunk> chunks = {
+      {.tokens = a, .start_position = 9, .block_table = table_a},
+      {.tokens = b, .start_position = 2, .block_table = table_b}};
+  auto in = builder->Build(chunks, {.pad_seqs_to = 3});
+  ASSERT_TRUE(in.ok()) << in.status();
+  ASSERT_TRUE(in->has_window_attention);
+  EXPECT_EQ(Host(backend, in->attention.slot_mapping),
+            (std::vector<int32_t>{7 * 4 + 1, 7 * 4 + 2, 4 * 4 + 2, -1}));
+  EXPECT_EQ(Host(backend, in->window_attention.slot_mapping),
+            (std::vector<int32_t>{3 * 4 + 1, 3 * 4 + 2, 1 * 4 + 2, -1}));
+  EXPECT_EQ(Host(backend, in->attention.block_tables),
+            (std::vector<int32_t>{5, 6, 7, 4, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Host(backend, in->window_attention.block_tables),
+            (std::vector<int32_t>{-1, 2, 3, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Host(backend, in->window_attention.seq_lens),
+            Host(backend, in->attention.seq_lens));
+  EXPECT_EQ(in->window_attention.num_seqs, 3);
+
+  const std::vector<int32_t> odd = {5, 6, 7};
+  EXPECT_FALSE(builder->Build(std::vector<SequenceChunk>{
+                                  {.tokens = b, .start_position = 2, .block_table = odd}})
+                   .ok());
+  const std::vector<int32_t> unheld = {4, -1};  // position 2's window block released
+  EXPECT_FALSE(builder->Build(std::vector<SequenceChunk>{
+                                  {.tokens = b, .start_position = 2, .block_table = unheld}})
+                   .ok());
+  // Without window tables nothing changes.
+  auto plain_builder = BatchBuilder::Create(
+      backend, BatchLimits{.max_tokens = 16, .max_seqs = 4, .max_blocks_per_seq = 3,
+                           .block_size = 4});
+  ASSERT_TRUE(plain_builder.ok());
+  auto plain = plain_builder->Build(std::vector<SequenceChunk>{
+      {.tokens = b, .start_position = 2, .block_table = table_b}});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_window_attention);
+}
+
 // The step's new-row counts as a mask (AttentionBatch::query_len_mask): bit n - 1 for n rows,
 // bit 31 for 32 or more; padding rows count as one-row sequences.
 TEST(BatchBuilder, ReportsTheQueryLengthsItHolds) {
