@@ -527,4 +527,58 @@ cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* we
   return cudaGetLastError();
 }
 
+MoeGemmArgs MoeLayerArgs::GateUp() const {
+  return {.a = x,
+          .a_row_div = top_k,
+          .blocks = gate_up_blocks,
+          .scales = gate_up_scales,
+          .bias = gate_up_bias,
+          .n = 2 * inter,
+          .k = hidden,
+          .routing = MoeRoutingIn(routing, MaxBlocks()),
+          .max_blocks = MaxBlocks(),
+          .glu = true,
+          .limit = limit,
+          .alpha = alpha,
+          .out = act,
+          .ids = ids,
+          .experts = experts};
+}
+
+MoeGemmArgs MoeLayerArgs::Down() const {
+  return {.a = RowsView{.data = act, .rows = x.rows * top_k, .cols = inter, .stride = inter},
+          .a_row_div = 1,
+          .blocks = down_blocks,
+          .scales = down_scales,
+          .bias = down_bias,
+          .n = hidden,
+          .k = inter,
+          .routing = MoeRoutingIn(routing, MaxBlocks()),
+          .max_blocks = MaxBlocks(),
+          .out = y,
+          .ids = ids,
+          .experts = experts};
+}
+
+cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream) {
+  return gemv ? LaunchMoeMxfp4Gemv(args, stream) : LaunchMoeMxfp4Gemm(args, stream);
+}
+
+cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream_t stream) {
+  if (!gemv) {
+    const cudaError_t err =
+        LaunchMoeAlign(layer.ids, static_cast<int>(layer.x.rows * layer.top_k), layer.experts,
+                       MoeRoutingIn(layer.routing, layer.MaxBlocks()), stream);
+    if (err != cudaSuccess) return err;
+  }
+  for (const MoeGemmArgs& projection : {layer.GateUp(), layer.Down()}) {
+    if (const cudaError_t err = LaunchMoeMxfp4Projection(projection, gemv, stream);
+        err != cudaSuccess) {
+      return err;
+    }
+  }
+  return LaunchMoeCombine(layer.y, layer.ids, layer.weights, layer.top_k, layer.experts, layer.out,
+                          stream);
+}
+
 }  // namespace xserv::kernels::cuda

@@ -37,6 +37,16 @@ struct MoeRouting {
   int32_t* num_blocks = nullptr;    // [1]
 };
 
+// A routing for up to max_blocks blocks laid out in one buffer of MoeRoutingInts(max_blocks).
+inline int64_t MoeRoutingInts(int64_t max_blocks) {
+  return max_blocks * kMoeBlockRows + max_blocks + 1;
+}
+inline MoeRouting MoeRoutingIn(int32_t* buffer, int64_t max_blocks) {
+  return {.sorted_pairs = buffer,
+          .block_expert = buffer + max_blocks * kMoeBlockRows,
+          .num_blocks = buffer + max_blocks * kMoeBlockRows + max_blocks};
+}
+
 // Groups the pairs of ids [pairs] (expert per pair; ids outside [0, experts) are left out: the
 // combine poisons their tokens). experts <= kMoeMaxExperts.
 inline constexpr int kMoeMaxExperts = 1024;
@@ -87,5 +97,33 @@ cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 // outside [0, experts) get NaN rows.
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
                              int experts, const RowsView& out, cudaStream_t stream);
+
+// One round of one layer's experts (the four launches above) over its buffers, as
+// CudaBackend::ExpertsMxfp4 runs it; xserv-moe-bench times the same.
+struct MoeLayerArgs {
+  RowsView x;                      // bf16 [tokens, hidden]
+  const int32_t* ids = nullptr;    // [tokens, top_k]
+  const float* weights = nullptr;  // [tokens, top_k]
+  int top_k = 0, experts = 0, hidden = 0, inter = 0;
+  const uint8_t* gate_up_blocks = nullptr;  // [E, 2 inter, hidden / 32, 16]
+  const uint8_t* gate_up_scales = nullptr;  // [E, 2 inter, hidden / 32]
+  const void* gate_up_bias = nullptr;       // bf16 [E, 2 inter]
+  const uint8_t* down_blocks = nullptr;     // [E, hidden, inter / 32, 16]
+  const uint8_t* down_scales = nullptr;     // [E, hidden, inter / 32]
+  const void* down_bias = nullptr;          // bf16 [E, hidden]
+  float limit = 7.0f, alpha = 1.702f;       // the GLU's (MoeGemmArgs)
+  int32_t* routing = nullptr;  // MoeRoutingInts(MoeMaxBlocks(tokens * top_k, experts)) ints
+  void* act = nullptr;         // bf16 [tokens * top_k, inter]
+  float* y = nullptr;          // [tokens * top_k, hidden]
+  RowsView out;                // bf16 [tokens, hidden]
+
+  int MaxBlocks() const { return static_cast<int>(MoeMaxBlocks(x.rows * top_k, experts)); }
+  MoeGemmArgs GateUp() const;
+  MoeGemmArgs Down() const;
+};
+// The GEMV (gemv) or the GEMM of one projection.
+cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream);
+// The alignment (GEMM only), both projections and the combine.
+cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream_t stream);
 
 }  // namespace xserv::kernels::cuda

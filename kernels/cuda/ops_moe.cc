@@ -194,64 +194,34 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   // Scratch for one round: routing (sorted pairs, block experts, block count), activations,
   // down outputs.
   const int64_t chunk = std::min(tokens, kMxfp4ChunkTokens);
-  const int64_t max_blocks = MoeMaxBlocks(chunk * k, num_experts);
-  const int64_t routing_ints = max_blocks * kMoeBlockRows + max_blocks + 1;
+  const int64_t routing_ints = MoeRoutingInts(MoeMaxBlocks(chunk * k, num_experts));
   RETURN_IF_ERROR(Reserve(moe_routing_, static_cast<size_t>(routing_ints) * sizeof(int32_t)));
   RETURN_IF_ERROR(Reserve(moe_act_, static_cast<size_t>(chunk * k * inter) * 2));
   RETURN_IF_ERROR(Reserve(moe_out_, static_cast<size_t>(chunk * k * hidden) * sizeof(float)));
-  auto* routing_base = static_cast<int32_t*>(moe_routing_.view().data);
-  const MoeRouting routing{.sorted_pairs = routing_base,
-                           .block_expert = routing_base + max_blocks * kMoeBlockRows,
-                           .num_blocks = routing_base + max_blocks * kMoeBlockRows + max_blocks};
   // Few tokens (decode): the GEMV form, no alignment (moe_mxfp4.h says why and when).
   const bool gemv = !options_.batch_invariant && tokens <= kMoeGemvMaxTokens;
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t n = std::min(chunk, tokens - t0);
-    const int64_t pairs = n * k;
-    const int32_t* chunk_ids = ids.as<int32_t>() + t0 * k;
-    const float* chunk_weights = weights.as<float>() + t0 * k;
-    const int blocks = static_cast<int>(MoeMaxBlocks(pairs, num_experts));
-    if (!gemv) {
-      RETURN_IF_ERROR(
-          Launched(kOp, LaunchMoeAlign(chunk_ids, static_cast<int>(pairs),
-                                       static_cast<int>(num_experts), routing, stream_)));
-    }
-    const MoeGemmArgs gate_up{.a = AsRows(x.SliceRows(t0, t0 + n)),
-                              .a_row_div = static_cast<int>(k),
-                              .blocks = gub.as<uint8_t>(),
-                              .scales = gus.as<uint8_t>(),
-                              .bias = experts.gate_up_bias.data,
-                              .n = static_cast<int>(two_i),
-                              .k = static_cast<int>(hidden),
-                              .routing = routing,
-                              .max_blocks = blocks,
-                              .glu = true,
-                              .limit = glu.limit,
-                              .alpha = glu.alpha,
-                              .out = moe_act_.view().data,
-                              .ids = chunk_ids,
-                              .experts = static_cast<int>(num_experts)};
-    RETURN_IF_ERROR(Launched(
-        kOp, gemv ? LaunchMoeMxfp4Gemv(gate_up, stream_) : LaunchMoeMxfp4Gemm(gate_up, stream_)));
-    const MoeGemmArgs down{
-        .a = RowsView{.data = moe_act_.view().data, .rows = pairs, .cols = inter, .stride = inter},
-        .a_row_div = 1,
-        .blocks = dnb.as<uint8_t>(),
-        .scales = dns.as<uint8_t>(),
-        .bias = experts.down_bias.data,
-        .n = static_cast<int>(hidden),
-        .k = static_cast<int>(inter),
-        .routing = routing,
-        .max_blocks = blocks,
-        .out = moe_out_.view().data,
-        .ids = chunk_ids,
-        .experts = static_cast<int>(num_experts)};
-    RETURN_IF_ERROR(Launched(
-        kOp, gemv ? LaunchMoeMxfp4Gemv(down, stream_) : LaunchMoeMxfp4Gemm(down, stream_)));
-    RETURN_IF_ERROR(Launched(
-        kOp, LaunchMoeCombine(static_cast<const float*>(moe_out_.view().data), chunk_ids,
-                              chunk_weights, static_cast<int>(k), static_cast<int>(num_experts),
-                              AsRows(out.SliceRows(t0, t0 + n)), stream_)));
+    const MoeLayerArgs layer{.x = AsRows(x.SliceRows(t0, t0 + n)),
+                             .ids = ids.as<int32_t>() + t0 * k,
+                             .weights = weights.as<float>() + t0 * k,
+                             .top_k = static_cast<int>(k),
+                             .experts = static_cast<int>(num_experts),
+                             .hidden = static_cast<int>(hidden),
+                             .inter = static_cast<int>(inter),
+                             .gate_up_blocks = gub.as<uint8_t>(),
+                             .gate_up_scales = gus.as<uint8_t>(),
+                             .gate_up_bias = experts.gate_up_bias.data,
+                             .down_blocks = dnb.as<uint8_t>(),
+                             .down_scales = dns.as<uint8_t>(),
+                             .down_bias = experts.down_bias.data,
+                             .limit = glu.limit,
+                             .alpha = glu.alpha,
+                             .routing = static_cast<int32_t*>(moe_routing_.view().data),
+                             .act = moe_act_.view().data,
+                             .y = static_cast<float*>(moe_out_.view().data),
+                             .out = AsRows(out.SliceRows(t0, t0 + n))};
+    RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Layer(layer, gemv, stream_)));
   }
   return absl::OkStatus();
 }

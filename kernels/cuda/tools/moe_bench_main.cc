@@ -1,11 +1,10 @@
 // xserv-moe-bench: the MXFP4 mixture-of-experts kernels (moe_mxfp4.h) alone, on gpt-oss-20b's
 // shapes by default: one layer's experts for T tokens routed top-k over E experts, as
-// CudaBackend::ExpertsMxfp4 runs them (the alignment when the GEMM runs, gate_up with the GLU,
-// down, the combine), and each projection alone. Calls alternate over enough copies of the
-// layer's experts that every call reads its experts from HBM (one gpt-oss-20b layer holds
-// 415 MB of MXFP4 experts; the H200's L2 50 MB), captured into a CUDA graph as the decode graphs
-// do. Reports µs per call, the bytes of the experts the tokens use (blocks and scales) per µs,
-// and TFLOP/s of the MMA work the pairs need.
+// CudaBackend::ExpertsMxfp4 runs them (LaunchMoeMxfp4Layer), and each projection alone. Calls
+// alternate over enough copies of the layer's experts that every call reads its experts from HBM
+// (one gpt-oss-20b layer holds 415 MB of MXFP4 experts; the H200's L2 50 MB), captured into a CUDA
+// graph as the decode graphs do. Reports µs per call, the bytes of the experts the tokens use
+// (blocks and scales) per µs, and TFLOP/s of the MMA work the pairs need.
 //
 // Usage: xserv-moe-bench [--tokens 1,2,4,8,64,256,2048] [--experts 32] [--top-k 4]
 //                        [--hidden 2880] [--inter 2880] [--kernel auto|gemv|gemm] [--json FILE]
@@ -15,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <set>
@@ -39,7 +39,7 @@ void* DeviceBytes(int64_t bytes, int value) {
   return p;
 }
 
-// One copy of a layer's experts in the HF MXFP4 layout.
+// One copy of a layer's experts in the HF MXFP4 layout (MoeLayerArgs' weight fields).
 struct ExpertsCopy {
   void* gate_up_blocks;  // [E, 2I, H/32, 16]
   void* gate_up_scales;  // [E, 2I, H/32]
@@ -51,68 +51,6 @@ struct ExpertsCopy {
 
 struct Config {
   int experts = 32, top_k = 4, hidden = 2880, inter = 2880;
-};
-
-// The device buffers of one token count and the launches of one layer over them.
-struct Layer {
-  Config c;
-  int tokens = 0;
-  bool gemv = false;
-  void* x = nullptr;         // bf16 [T, H]
-  int32_t* ids = nullptr;    // [T, k]
-  float* weights = nullptr;  // [T, k]
-  int32_t* routing = nullptr;
-  int max_blocks = 0;
-  void* act = nullptr;  // bf16 [T k, I]
-  float* y = nullptr;   // [T k, H]
-  void* out = nullptr;  // bf16 [T, H]
-
-  cuda::MoeRouting Routing() const {
-    const int64_t rows = int64_t{max_blocks} * cuda::kMoeBlockRows;
-    return {.sorted_pairs = routing,
-            .block_expert = routing + rows,
-            .num_blocks = routing + rows + max_blocks};
-  }
-  cuda::MoeGemmArgs GateUp(const ExpertsCopy& w) const {
-    return {.a = {x, tokens, c.hidden, c.hidden},
-            .a_row_div = c.top_k,
-            .blocks = static_cast<const uint8_t*>(w.gate_up_blocks),
-            .scales = static_cast<const uint8_t*>(w.gate_up_scales),
-            .bias = w.gate_up_bias,
-            .n = 2 * c.inter,
-            .k = c.hidden,
-            .routing = Routing(),
-            .max_blocks = max_blocks,
-            .glu = true,
-            .out = act,
-            .ids = ids,
-            .experts = c.experts};
-  }
-  cuda::MoeGemmArgs Down(const ExpertsCopy& w) const {
-    const int64_t pairs = int64_t{tokens} * c.top_k;
-    return {.a = {act, pairs, c.inter, c.inter},
-            .a_row_div = 1,
-            .blocks = static_cast<const uint8_t*>(w.down_blocks),
-            .scales = static_cast<const uint8_t*>(w.down_scales),
-            .bias = w.down_bias,
-            .n = c.hidden,
-            .k = c.inter,
-            .routing = Routing(),
-            .max_blocks = max_blocks,
-            .out = y,
-            .ids = ids,
-            .experts = c.experts};
-  }
-  void Align(cudaStream_t s) const {
-    if (!gemv) CHECK_CUDA(cuda::LaunchMoeAlign(ids, tokens * c.top_k, c.experts, Routing(), s));
-  }
-  void Project(const cuda::MoeGemmArgs& a, cudaStream_t s) const {
-    CHECK_CUDA(gemv ? cuda::LaunchMoeMxfp4Gemv(a, s) : cuda::LaunchMoeMxfp4Gemm(a, s));
-  }
-  void Combine(cudaStream_t s) const {
-    CHECK_CUDA(cuda::LaunchMoeCombine(y, ids, weights, c.top_k, c.experts,
-                                      {out, tokens, c.hidden, c.hidden}, s));
-  }
 };
 
 }  // namespace
@@ -177,8 +115,7 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   std::mt19937 rng(0);
   for (const int t : token_counts) {
-    Layer layer{.c = c, .tokens = t};
-    layer.gemv = kernel == "gemv" || (kernel == "auto" && t <= cuda::kMoeGemvMaxTokens);
+    const bool gemv = kernel == "gemv" || (kernel == "auto" && t <= cuda::kMoeGemvMaxTokens);
     const int64_t pairs = int64_t{t} * c.top_k;
     // Distinct random experts per token, equal weights.
     std::vector<int32_t> ids(pairs);
@@ -190,17 +127,33 @@ int main(int argc, char** argv) {
       for (int j = 0; j < c.top_k; ++j) used.insert(ids[tok * c.top_k + j] = perm[j]);
     }
     const std::vector<float> weights(pairs, 1.0f / c.top_k);
-    layer.max_blocks = static_cast<int>(cuda::MoeMaxBlocks(pairs, e));
-    layer.x = DeviceBytes(t * h * 2, 0x3c);
-    layer.ids = static_cast<int32_t*>(DeviceBytes(pairs * 4, 0));
-    layer.weights = static_cast<float*>(DeviceBytes(pairs * 4, 0));
-    CHECK_CUDA(cudaMemcpy(layer.ids, ids.data(), pairs * 4, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(layer.weights, weights.data(), pairs * 4, cudaMemcpyHostToDevice));
-    const int64_t routing_ints = int64_t{layer.max_blocks} * (cuda::kMoeBlockRows + 1) + 1;
-    layer.routing = static_cast<int32_t*>(DeviceBytes(routing_ints * 4, 0));
-    layer.act = DeviceBytes(pairs * i * 2, 0);
-    layer.y = static_cast<float*>(DeviceBytes(pairs * h * 4, 0));
-    layer.out = DeviceBytes(t * h * 2, 0);
+    cuda::MoeLayerArgs layer{.x = {DeviceBytes(t * h * 2, 0x3c), t, h, h},
+                             .ids = static_cast<int32_t*>(DeviceBytes(pairs * 4, 0)),
+                             .weights = static_cast<float*>(DeviceBytes(pairs * 4, 0)),
+                             .top_k = c.top_k,
+                             .experts = c.experts,
+                             .hidden = c.hidden,
+                             .inter = c.inter,
+                             .act = DeviceBytes(pairs * i * 2, 0),
+                             .y = static_cast<float*>(DeviceBytes(pairs * h * 4, 0)),
+                             .out = {DeviceBytes(t * h * 2, 0), t, h, h}};
+    layer.routing =
+        static_cast<int32_t*>(DeviceBytes(cuda::MoeRoutingInts(layer.MaxBlocks()) * 4, 0));
+    CHECK_CUDA(
+        cudaMemcpy(const_cast<int32_t*>(layer.ids), ids.data(), pairs * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(const_cast<float*>(layer.weights), weights.data(), pairs * 4,
+                          cudaMemcpyHostToDevice));
+    const auto with_experts = [&](int n) {
+      const ExpertsCopy& w = layer_copies[static_cast<size_t>(n) % layer_copies.size()];
+      cuda::MoeLayerArgs l = layer;
+      l.gate_up_blocks = static_cast<const uint8_t*>(w.gate_up_blocks);
+      l.gate_up_scales = static_cast<const uint8_t*>(w.gate_up_scales);
+      l.gate_up_bias = w.gate_up_bias;
+      l.down_blocks = static_cast<const uint8_t*>(w.down_blocks);
+      l.down_scales = static_cast<const uint8_t*>(w.down_scales);
+      l.down_bias = w.down_bias;
+      return l;
+    };
 
     const auto used_experts = static_cast<int64_t>(used.size());
     struct Part {
@@ -214,33 +167,40 @@ int main(int argc, char** argv) {
           Part{"gate_up", used_experts * gate_up_bytes, gate_up_flop},
           Part{"down", used_experts * down_bytes, down_flop}}) {
       const std::string name = part.name;
+      // The layer as CudaBackend runs it; a projection alone (gate_up with its alignment).
       const auto call = [&](int n, cudaStream_t s) {
-        const ExpertsCopy& w = layer_copies[static_cast<size_t>(n) % layer_copies.size()];
-        if (name != "down") layer.Align(s);
-        if (name != "down") layer.Project(layer.GateUp(w), s);
-        if (name != "gate_up") layer.Project(layer.Down(w), s);
-        if (name == "layer") layer.Combine(s);
+        const cuda::MoeLayerArgs l = with_experts(n);
+        if (name == "layer") {
+          CHECK_CUDA(cuda::LaunchMoeMxfp4Layer(l, gemv, s));
+          return;
+        }
+        const cuda::MoeGemmArgs projection = name == "gate_up" ? l.GateUp() : l.Down();
+        if (name == "gate_up" && !gemv) {
+          CHECK_CUDA(cuda::LaunchMoeAlign(l.ids, static_cast<int>(pairs), l.experts,
+                                          projection.routing, s));
+        }
+        CHECK_CUDA(cuda::LaunchMoeMxfp4Projection(projection, gemv, s));
       };
       for (int n = 0; n < copies; ++n) call(n, stream);  // kernel attributes, outside capture
       CHECK_CUDA(cudaStreamSynchronize(stream));
       const double us = cuda::bench::TimeGraphOfCalls(call, calls, repeats, stream);
       const double gb_s = static_cast<double>(part.bytes) / (us * 1e3);
       const double tflop_s = part.flop / (us * 1e6);
-      std::printf("%6d %-5s %-8s %8lld %10.2f %9.0f %9.1f\n", t, layer.gemv ? "gemv" : "gemm",
-                  part.name, static_cast<long long>(used_experts), us, gb_s, tflop_s);
+      std::printf("%6d %-5s %-8s %8lld %10.2f %9.0f %9.1f\n", t, gemv ? "gemv" : "gemm", part.name,
+                  static_cast<long long>(used_experts), us, gb_s, tflop_s);
       std::fflush(stdout);
       rows.push_back({{"tokens", t},
-                      {"kernel", layer.gemv ? "gemv" : "gemm"},
+                      {"kernel", gemv ? "gemv" : "gemm"},
                       {"part", part.name},
                       {"experts_used", used_experts},
                       {"us_per_call", us},
                       {"expert_gb_s", gb_s},
                       {"tflop_s", tflop_s}});
     }
-    for (void* p :
-         {layer.x, static_cast<void*>(layer.ids), static_cast<void*>(layer.weights),
-          static_cast<void*>(layer.routing), layer.act, static_cast<void*>(layer.y), layer.out}) {
-      CHECK_CUDA(cudaFree(p));
+    for (const void* p :
+         std::initializer_list<const void*>{layer.x.data, layer.ids, layer.weights, layer.routing,
+                                            layer.act, layer.y, layer.out.data}) {
+      CHECK_CUDA(cudaFree(const_cast<void*>(p)));
     }
   }
   for (const ExpertsCopy& w : layer_copies) {
