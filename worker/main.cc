@@ -76,6 +76,7 @@ struct WorkerFlags {
   std::string preemption_mode = "swap";
   std::string scheduling_policy = "fcfs";
   bool enable_prefix_caching = true;
+  std::string window_kv_blocks = "auto";  // auto | on | off
   int long_prefill_token_threshold = 0;
   int max_waiting_steps = 0;
   double drain_timeout_s = 30;
@@ -107,6 +108,25 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
   }
 #endif
   return absl::InvalidArgumentError("backend '" + f.backend + "' is not available in this build");
+}
+
+// --window-kv-blocks: whether sliding-window layers keep only their window's blocks (window tables,
+// worker/engine/block_manager.h, and shared storage, KvLayout). The window tables cannot share
+// prefixes, so `auto` turns them on for models with sliding layers when prefix caching is off.
+absl::StatusOr<bool> WindowKvBlocks(const WorkerFlags& f, const ModelConfig& config) {
+  const bool has_sliding = config.sliding_window > 0;
+  if (f.window_kv_blocks == "off") return false;
+  if (f.window_kv_blocks == "auto") return has_sliding && !f.enable_prefix_caching;
+  if (!has_sliding) {
+    return absl::InvalidArgumentError(
+        "--window-kv-blocks on: the model has no sliding-window layers");
+  }
+  if (f.enable_prefix_caching) {
+    return absl::InvalidArgumentError(
+        "--window-kv-blocks on needs --enable-prefix-caching false (window tables share no "
+        "prefixes)");
+  }
+  return true;
 }
 
 // KV blocks that fit the budget: --num-kv-blocks, else --kv-cache-memory (CPU), else
@@ -300,7 +320,8 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
                    .max_tokens = ec.scheduler.max_num_batched_tokens,
                    .max_seqs = ec.scheduler.max_num_seqs,
                    .max_blocks_per_seq = (ec.scheduler.max_model_len + block_size - 1) / block_size,
-                   .block_size = block_size});
+                   .block_size = block_size,
+                   .window_tables = ec.scheduler.blocks.window_tokens > 0});
   // Only the last stage produces logits; other stages keep a placeholder.
   const int64_t logits_rows = model.is_last_stage() ? ec.scheduler.MaxLogitsRows() : 1;
   auto logits = backend.Allocate(kernels::DType::kF32,
@@ -423,8 +444,15 @@ int Run(const WorkerFlags& f) {
   }
   const ModelConfig config = (*model)->config();
   const ModelConfig& rank_config = (*model)->rank_config();
+  const absl::StatusOr<bool> window_kv = WindowKvBlocks(f, config);
+  if (!window_kv.ok()) {
+    spdlog::error("{}", std::string(window_kv.status().message()));
+    return fail(1);
+  }
+  const model::KvLayout kv_layout{.share_window_layers = *window_kv,
+                                  .first_layer = (*model)->first_layer()};
   const int64_t bytes_per_block = model::KvCache::BytesPerBlock(rank_config, f.block_size,
-                                                                backend.compute_dtype());
+                                                                backend.compute_dtype(), kv_layout);
   if (f.backend == "cuda" && f.pp_size == 1) {
     // The largest step once, before free memory is measured (model/profile_forward.h).
     const absl::Status profiled = model::ProfileForward(backend, **model, f.max_num_batched_tokens,
@@ -454,16 +482,18 @@ int Run(const WorkerFlags& f) {
   const int max_model_len = f.max_model_len > 0
                                 ? std::min<int>(f.max_model_len, config.max_position_embeddings)
                                 : static_cast<int>(config.max_position_embeddings);
-  auto kv = model::KvCache::Allocate(backend, rank_config, *num_blocks, f.block_size, *host_blocks);
+  auto kv = model::KvCache::Allocate(backend, rank_config, *num_blocks, f.block_size, *host_blocks,
+                                     kv_layout);
   if (!kv.ok()) {
     spdlog::error("KV cache: {}", kv.status().ToString());
     return fail(1);
   }
   spdlog::info("model {} ({}): {} layers, vocab {}, context {}; rank {}/{}: KV {} blocks x {} "
-               "tokens ({:.1f} MiB), swap {} blocks",
+               "tokens ({:.1f} MiB), swap {} blocks{}",
                f.model_dir, config.model_type, config.num_layers, config.vocab_size,
                max_model_len, f.tp_rank, f.tp_size, *num_blocks, f.block_size,
-               *num_blocks * bytes_per_block / 1048576.0, *host_blocks);
+               *num_blocks * bytes_per_block / 1048576.0, *host_blocks,
+               *window_kv ? "; sliding-window layers keep their window's blocks" : "");
 
   engine::EngineConfig ec;
   ec.scheduler.max_num_seqs = f.max_num_seqs;
@@ -479,6 +509,7 @@ int Run(const WorkerFlags& f) {
   ec.scheduler.blocks.block_size = f.block_size;
   ec.scheduler.blocks.num_host_blocks = static_cast<int32_t>(*host_blocks);
   ec.scheduler.blocks.enable_prefix_caching = f.enable_prefix_caching;
+  if (*window_kv) ec.scheduler.blocks.window_tokens = static_cast<int32_t>(config.sliding_window);
   ec.step_comm = groups->world;
   ec.step_root = LeaderRank(f);
   ec.pipeline = LinkOf(f, *groups);
@@ -624,6 +655,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   app.add_option("--enable-prefix-caching", f.enable_prefix_caching)->capture_default_str();
+  app.add_option("--window-kv-blocks", f.window_kv_blocks,
+                 "sliding-window layers keep only their window's KV blocks: on, off, or auto "
+                 "(on for models with sliding layers when prefix caching is off)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold)
       ->capture_default_str();
   app.add_option("--max-waiting-steps", f.max_waiting_steps,

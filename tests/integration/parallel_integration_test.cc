@@ -171,6 +171,56 @@ TEST(Parallel, GptOssLayoutsMatchSingleRank) {
   ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {1, 2}, {1, 3}, {2, 2}});
 }
 
+// --window-kv-blocks on (gpt-oss's sliding layers keep only their window's blocks, in storage
+// shared with the full layers): the tokens of every layout equal one rank's with plain tables,
+// over sequences of up to 80 tokens against the tiny model's window of 32, with 4 requests at
+// once; also in a pool so small (16 blocks of 16) that the requests must be preempted.
+TEST(Parallel, GptOssWindowKvBlocksMatchFullTables) {
+  const std::string model = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3, /*num_layers=*/5);
+  if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
+  constexpr int kTokens = 40;
+  const std::vector<std::string> no_prefix = {"--worker-arg=--enable-prefix-caching=false"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), no_prefix.begin(), no_prefix.end());
+    return extra;
+  };
+  const auto run = [&](int tp, int pp, const std::vector<std::string>& extra) {
+    Stack stack;
+    if (!stack.Start(model, tp, pp, extra)) {
+      ADD_FAILURE() << "tp=" << tp << " pp=" << pp << " did not start\n"
+                    << stack.supervisor().Log();
+      return std::vector<Completion>{};
+    }
+    std::vector<Completion> out = CompleteConcurrently(stack, kTokens);
+    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
+        << stack.supervisor().Log();
+    return out;
+  };
+  const std::vector<Completion> base = run(1, 1, with({"--worker-arg=--window-kv-blocks=off"}));
+  ASSERT_EQ(base.size(), Prompts().size());
+  const std::vector<std::string> on = with({"--worker-arg=--window-kv-blocks=on"});
+  ExpectSameGreedy(base, run(1, 1, on), "window blocks, one rank");
+  ExpectSameGreedy(base, run(1, 2, on), "window blocks, pp=2");
+  ExpectSameGreedy(base, run(2, 1, on), "window blocks, tp=2");
+  ExpectSameGreedy(base,
+                   run(1, 1, with({"--worker-arg=--window-kv-blocks=on",
+                                   "--worker-arg=--num-kv-blocks=16"})),
+                   "window blocks, 16-block pool");
+}
+
+// On, it needs what it cannot have: a clear refusal at start, not a silent fallback.
+TEST(Parallel, WindowKvBlocksOnRefusesPrefixCachingAndDenseModels) {
+  const std::string model = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3);
+  if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess worker;
+  EXPECT_FALSE(worker.StartServer("xserv-worker",
+                                  {"--model", model, "--window-kv-blocks", "on"},
+                                  std::chrono::seconds(30)));
+  EXPECT_FALSE(worker.Running());
+  EXPECT_NE(worker.Log().find("--enable-prefix-caching false"), std::string::npos)
+      << worker.Log();
+}
+
 // CompleteConcurrently on one rank serving `model`: what the pipelined layouts must reproduce.
 std::vector<Completion> SingleRankConcurrent(const std::string& model, int max_tokens) {
   Stack stack;

@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                        .max_seqs = config.scheduler.max_num_seqs,
                        .max_blocks_per_seq =
                            (config.scheduler.max_model_len + block_size - 1) / block_size,
-                       .block_size = block_size}));
+                       .block_size = block_size,
+                       .window_tables = config.scheduler.blocks.window_tokens > 0}));
   auto engine = std::unique_ptr<Engine>(new Engine(config, backend, std::move(model), std::move(kv),
                                                    std::move(scheduler), std::move(builder),
                                                    clock));

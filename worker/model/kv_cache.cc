@@ -7,14 +7,35 @@
 
 namespace xserv::model {
 
-int64_t KvCache::BytesPerBlock(const ModelConfig& c, int64_t block_size, kernels::DType dtype) {
-  return 2 * c.num_layers * block_size * c.num_kv_heads * c.head_dim *
+std::vector<int64_t> KvCache::StorageOfLayers(const ModelConfig& c, const KvLayout& layout) {
+  std::vector<int64_t> storage(static_cast<size_t>(c.num_layers));
+  int64_t full = 0, sliding = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!layout.share_window_layers) {
+      storage[l] = l;
+    } else if (c.SlidingWindowForLayer(layout.first_layer + l) > 0) {
+      storage[l] = sliding++;
+    } else {
+      storage[l] = full++;
+    }
+  }
+  return storage;
+}
+
+int64_t KvCache::NumStorages(const ModelConfig& c, const KvLayout& layout) {
+  const std::vector<int64_t> storage = StorageOfLayers(c, layout);
+  return storage.empty() ? 0 : *std::max_element(storage.begin(), storage.end()) + 1;
+}
+
+int64_t KvCache::BytesPerBlock(const ModelConfig& c, int64_t block_size, kernels::DType dtype,
+                               const KvLayout& layout) {
+  return 2 * NumStorages(c, layout) * block_size * c.num_kv_heads * c.head_dim *
          static_cast<int64_t>(kernels::DTypeSize(dtype));
 }
 
 absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const ModelConfig& c,
                                           int64_t num_blocks, int64_t block_size,
-                                          int64_t num_host_blocks) {
+                                          int64_t num_host_blocks, const KvLayout& layout) {
   if (num_blocks < 1 || block_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache needs at least one block of one token, got ", num_blocks,
@@ -27,14 +48,15 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
   cache.num_host_blocks_ = std::max<int64_t>(0, num_host_blocks);
   cache.block_bytes_ = static_cast<size_t>(block_size * c.num_kv_heads * c.head_dim) *
                        kernels::DTypeSize(backend.compute_dtype());
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  const int64_t storages = NumStorages(c, layout);
+  for (int64_t l = 0; l < storages; ++l) {
     ASSIGN_OR_RETURN(kernels::Buffer k, backend.Allocate(backend.compute_dtype(),
                                                          {num_blocks, block_size, c.num_kv_heads,
                                                           c.head_dim}));
     ASSIGN_OR_RETURN(kernels::Buffer v, backend.Allocate(backend.compute_dtype(),
                                                          {num_blocks, block_size, c.num_kv_heads,
                                                           c.head_dim}));
-    cache.layers_.push_back({k.view(), v.view()});
+    cache.storages_.push_back({k.view(), v.view()});
     cache.buffers_.push_back(std::move(k));
     cache.buffers_.push_back(std::move(v));
     if (cache.num_host_blocks_ > 0) {
@@ -42,6 +64,9 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
         cache.host_.emplace_back(new std::byte[cache.block_bytes_ * cache.num_host_blocks_]);
       }
     }
+  }
+  for (const int64_t storage : StorageOfLayers(c, layout)) {
+    cache.layers_.push_back(cache.storages_[storage]);
   }
   return cache;
 }
@@ -58,8 +83,8 @@ absl::Status KvCache::CheckPair(const BlockPair& pair, int64_t src_limit,
 absl::Status KvCache::SwapOut(std::span<const BlockPair> pairs) {
   for (const BlockPair& pair : pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_blocks_, num_host_blocks_));
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const kernels::KvLayer& layer = layers_[l];
+    for (size_t l = 0; l < storages_.size(); ++l) {
+      const kernels::KvLayer& layer = storages_[l];
       RETURN_IF_ERROR(backend_->CopyToHost(layer.k.SliceRows(pair.first, pair.first + 1),
                                            host_[2 * l].get() + pair.second * block_bytes_));
       RETURN_IF_ERROR(backend_->CopyToHost(layer.v.SliceRows(pair.first, pair.first + 1),
@@ -72,8 +97,8 @@ absl::Status KvCache::SwapOut(std::span<const BlockPair> pairs) {
 absl::Status KvCache::SwapIn(std::span<const BlockPair> pairs) {
   for (const BlockPair& pair : pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_host_blocks_, num_blocks_));
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const kernels::KvLayer& layer = layers_[l];
+    for (size_t l = 0; l < storages_.size(); ++l) {
+      const kernels::KvLayer& layer = storages_[l];
       RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l].get() + pair.first * block_bytes_,
                                              layer.k.SliceRows(pair.second, pair.second + 1)));
       RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l + 1].get() + pair.first * block_bytes_,
@@ -86,7 +111,7 @@ absl::Status KvCache::SwapIn(std::span<const BlockPair> pairs) {
 absl::Status KvCache::CopyBlocks(std::span<const BlockPair> pairs) {
   for (const BlockPair& pair : pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_blocks_, num_blocks_));
-    for (const kernels::KvLayer& layer : layers_) {
+    for (const kernels::KvLayer& layer : storages_) {
       RETURN_IF_ERROR(backend_->Convert(layer.k.SliceRows(pair.first, pair.first + 1),
                                         layer.k.SliceRows(pair.second, pair.second + 1)));
       RETURN_IF_ERROR(backend_->Convert(layer.v.SliceRows(pair.first, pair.first + 1),

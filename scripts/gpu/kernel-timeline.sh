@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On the GPU host: every kernel of a few graphed decode steps, in order, with its GPU start and
+# duration, to see where a step's time goes beyond the op profile (which turns graphs off and
+# adds event cost per op): the gaps between kernels, and the kernels themselves. Random weights
+# of ARCH, xserv-engine-bench at one batch size. nsys when the host has it (graph nodes traced);
+# else ncu, which replays each kernel alone (durations only, no gaps).
+# Writes $OUT/timeline-ARCH-bBATCH.csv (nsys: cuda_gpu_trace; ncu: its CSV) and prints a summary
+# by kernel name over the last decode steps (scripts/gpu/timeline_summary.py).
+# Usage: kernel-timeline.sh [qwen3-8b|gpt-oss-20b|...] [batch, default 1]
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$XSERV_ROOT"
+arch=${1:-gpt-oss-20b}
+batch=${2:-1}
+tok=$(tokenizer_of "$arch") || exit 2
+work=$(mktemp -d)
+python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
+  --out "$work" --model-only >/dev/null 2>&1
+csv="$OUT/timeline-$arch-b$batch.csv"
+bench=(.bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128
+       --gen-len "${GEN_LEN:-16}" --batch "$batch" --repeats 1 --batch-invariant false ${BENCH_FLAGS:-})
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [[ -n $nsys ]]; then
+  echo "nsys: $nsys"
+  "$nsys" profile -o "$work/tl" --force-overwrite true --trace cuda --cuda-graph-trace node \
+    "${bench[@]}" 2>&1 | tail -5
+  "$nsys" stats --report cuda_gpu_trace --format csv --output "$work/tl" "$work/tl.nsys-rep" \
+    >/dev/null 2>&1
+  cp "$work"/tl_cuda_gpu_trace.csv "$csv"
+else
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  echo "no nsys; $ncu (per-kernel replay: durations, no gaps)"
+  "$ncu" --graph-profiling node --clock-control none --metrics gpu__time_duration.sum --csv \
+    "${bench[@]}" >"$csv" 2>"$work/ncu.err"
+  tail -3 "$work/ncu.err"
+fi
+python3 scripts/gpu/timeline_summary.py "$csv" --steps "${STEPS:-4}"
+rm -rf "$work"
