@@ -59,8 +59,8 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
   app.add_option("--pdl", k.pdl,
                  "cuda: programmatic dependent launch: 'gemv' lets the single-row GEMV launch "
                  "while its predecessor runs (its first weight loads go out before its input is "
-                 "ready), 'all' also the decode path's norms, SiluMul, q/k norm + RoPE and "
-                 "attention, 'off' none")
+                 "ready), 'all' also the decode path's norms, SiluMul, q/k norm + RoPE, "
+                 "attention, router top-k and MoE experts, 'off' none")
       ->check(CLI::IsMember({"off", "gemv", "all"}))
       ->capture_default_str();
 }

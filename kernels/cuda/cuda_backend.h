@@ -40,8 +40,9 @@ struct CudaBackendOptions {
   int64_t invariant_reference_rows = 256;  // see GemmOptions
   bool gemv = true;                        // see GemmOptions
   // Programmatic dependent launch (pdl.cuh): the GEMV (GemmOptions::pdl), and with
-  // pdl_decode_kernels also the decode path's norms, SiluMul, fused q/k norm + RoPE and decode
-  // attention, may launch while their predecessor runs.
+  // pdl_decode_kernels also the decode path's norms, SiluMul, fused q/k norm + RoPE, decode
+  // attention, router top-k and the MXFP4 experts' GEMV form (projections, combine), may launch
+  // while their predecessor runs.
   bool pdl = false;
   bool pdl_decode_kernels = false;
   bool gemm_autotune = false;              // GemmOptions::autotune
@@ -125,6 +126,8 @@ class CudaBackend final : public Backend {
   absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
 
   absl::Status RouterTopK(const Tensor& logits, const Tensor& ids, const Tensor& weights) override;
+  absl::Status Route(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& logits,
+                     const Tensor& ids, const Tensor& weights) override;
   absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                        const ExpertWeights& experts, const GluParams& glu,
                        const Tensor& out) override;

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/moe_mxfp4.h"
 
 namespace xserv::kernels::cuda {
@@ -377,12 +378,17 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = kGemvWarps * kWarpSize;
 constexpr int kGemvRows = 16;  // output rows per CTA: the M of one MMA
+// CTAs per SM the registers must allow: 6 (at most 85 registers, 3 chunks in flight) measured
+// 2.05 ms/step at one token against 2.12 with 4 CTAs of 6 chunks and 2.22 with 5 of 5
+// (gpt-oss-20b; docs/benchmarks, session 11). More CTAs hide more of each one's load latency.
+constexpr int kGemvMinCtasPerSm = 6;
 
 // kChunksInFlight: chunks per warp whose weights are loaded before the first is used (2 rows x
 // 16 bytes each per thread).
 template <int kChunksInFlight>
-__global__ void __launch_bounds__(kGemvThreads)
+__global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
     MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
+  PdlBegin();  // pdl.cuh: the routing and the input are the stream's earlier kernels' outputs
   extern __shared__ __align__(16) uint32_t gemv_smem[];  // read and written as uint4 too
   const int groups = a.k / 32, chunks = MoeChunks(a.k);
   uint32_t* xs = gemv_smem;  // the input, StageGroupMajorRow's layout
@@ -458,20 +464,34 @@ __global__ void __launch_bounds__(kGemvThreads)
   StoreRowPair(a, p, n, even + ToFloat(bias[n]), odd + ToFloat(bias[n + 1]));
 }
 
-__global__ void MoeCombineKernel(const float* y, const int32_t* ids, const float* weights, int k,
-                                 int experts, const RowsView out) {
+// out[t] = sum_j weights[t, j] * y[t * k + j]. A CTA takes kCombineCols columns of one token
+// (4 per thread, float4 loads of y): the work of a decode step's single token spreads over
+// hidden / kCombineCols CTAs instead of one CTA walking the whole row (12 us at one token).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = 4 * kCombineThreads;
+
+// The hidden size is a multiple of 32 (MXFP4 groups), so every row is whole float4s.
+__global__ void __launch_bounds__(kCombineThreads)
+    MoeCombineKernel(const float* y, const int32_t* ids, const float* weights, int k, int experts,
+                     const RowsView out) {
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const int64_t t = blockIdx.x;
   bool bad = false;
   for (int j = 0; j < k; ++j) {
     const int e = ids[t * k + j];
     bad = bad || e < 0 || e >= experts;
   }
-  bf16* o = RowPtr<bf16>(out, t);
-  for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x) {
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += weights[t * k + j] * y[(t * k + j) * out.cols + c];
-    o[c] = bad ? QuietNaN<bf16>() : FromFloat<bf16>(sum);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kCombineCols + threadIdx.x * 4;
+  if (c0 >= out.cols) return;
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j = 0; j < k; ++j) {
+    const float w = weights[t * k + j];
+    const float4 v = *reinterpret_cast<const float4*>(y + (t * k + j) * out.cols + c0);
+    sum.x += w * v.x, sum.y += w * v.y, sum.z += w * v.z, sum.w += w * v.w;
   }
+  constexpr uint32_t kNaNs = uint32_t{kBf16NaNBits} * 0x10001u;
+  *reinterpret_cast<uint2*>(RowPtr<bf16>(out, t) + c0) =
+      bad ? make_uint2(kNaNs, kNaNs) : make_uint2(PackBf16x2(sum.x, sum.y), PackBf16x2(sum.z, sum.w));
 }
 
 }  // namespace
@@ -508,23 +528,29 @@ cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
   const int64_t smem = MoeGemvSharedBytes(args.k);
   const dim3 grid(static_cast<unsigned>((args.n + kGemvRows - 1) / kGemvRows),
                   static_cast<unsigned>(pairs));
-  // 6 chunks in flight measured 2.32 ms/step against 2.35 with 3 (gpt-oss-20b, one token).
-  constexpr int kChunksInFlight = 6;
+  // 3 chunks in flight fit kGemvMinCtasPerSm's registers without spills.
+  constexpr int kChunksInFlight = 3;
   if (const cudaError_t err = AllowDynamicSharedMemory<MoeMxfp4GemvKernel<kChunksInFlight>>(smem);
       err != cudaSuccess) {
     return err;
   }
-  MoeMxfp4GemvKernel<kChunksInFlight>
-      <<<grid, kGemvThreads, static_cast<size_t>(smem), stream>>>(args);
-  return cudaGetLastError();
+  return LaunchMaybePdl(MoeMxfp4GemvKernel<kChunksInFlight>, grid, dim3(kGemvThreads),
+                        static_cast<size_t>(smem), stream, args.pdl, args);
 }
 
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
-                             int experts, const RowsView& out, cudaStream_t stream) {
+                             int experts, const RowsView& out, cudaStream_t stream, bool pdl) {
   if (out.rows == 0) return cudaSuccess;
-  MoeCombineKernel<<<static_cast<unsigned>(out.rows), 256, 0, stream>>>(y, ids, weights, k, experts,
-                                                                        out);
-  return cudaGetLastError();
+  if (out.rows > INT32_MAX) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(out.rows),
+                  static_cast<unsigned>((out.cols + kCombineCols - 1) / kCombineCols));
+  // float4 rows of y and 8-byte stores of out.
+  if (out.cols % 4 != 0 || out.stride % 4 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(out.data) % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchMaybePdl(MoeCombineKernel, grid, dim3(kCombineThreads), 0, stream, pdl, y, ids,
+                        weights, k, experts, out);
 }
 
 MoeGemmArgs MoeLayerArgs::GateUp() const {
@@ -542,7 +568,8 @@ MoeGemmArgs MoeLayerArgs::GateUp() const {
           .alpha = alpha,
           .out = act,
           .ids = ids,
-          .experts = experts};
+          .experts = experts,
+          .pdl = pdl};
 }
 
 MoeGemmArgs MoeLayerArgs::Down() const {
@@ -557,7 +584,8 @@ MoeGemmArgs MoeLayerArgs::Down() const {
           .max_blocks = MaxBlocks(),
           .out = y,
           .ids = ids,
-          .experts = experts};
+          .experts = experts,
+          .pdl = pdl};
 }
 
 cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream) {
@@ -578,7 +606,7 @@ cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream
     }
   }
   return LaunchMoeCombine(layer.y, layer.ids, layer.weights, layer.top_k, layer.experts, layer.out,
-                          stream);
+                          stream, layer.pdl && gemv);
 }
 
 }  // namespace xserv::kernels::cuda

@@ -75,6 +75,7 @@ struct MoeGemmArgs {
   // uses expert ids[p] (pairs outside [0, experts) are skipped; the combine poisons their tokens).
   const int32_t* ids = nullptr;
   int experts = 0;
+  bool pdl = false;  // LaunchMoeMxfp4Gemv: launched programmatically (pdl.cuh)
 };
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 
@@ -95,8 +96,10 @@ cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id
 // outside [0, experts) get NaN rows.
+// The hidden size (out.cols) must be a multiple of 4 and y 16-byte aligned.
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
-                             int experts, const RowsView& out, cudaStream_t stream);
+                             int experts, const RowsView& out, cudaStream_t stream,
+                             bool pdl = false);
 
 // One round of one layer's experts (the four launches above) over its buffers, as
 // CudaBackend::ExpertsMxfp4 runs it; xserv-moe-bench times the same.
@@ -116,6 +119,8 @@ struct MoeLayerArgs {
   void* act = nullptr;         // bf16 [tokens * top_k, inter]
   float* y = nullptr;          // [tokens * top_k, hidden]
   RowsView out;                // bf16 [tokens, hidden]
+  // The GEMV form's kernels (both projections, the combine) launch programmatically (pdl.cuh).
+  bool pdl = false;
 
   int MaxBlocks() const { return static_cast<int>(MoeMaxBlocks(x.rows * top_k, experts)); }
   MoeGemmArgs GateUp() const;

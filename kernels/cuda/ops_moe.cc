@@ -43,6 +43,31 @@ absl::Status CheckExpertsActivations(const char* op, const Tensor& x, const Tens
 
 }  // namespace
 
+namespace {
+
+// ids i32 and weights f32 [tokens, k], contiguous, with 1 <= k <= experts <= kMaxRouterExperts.
+absl::Status CheckRouting(const char* op, const Tensor& ids, const Tensor& weights, int64_t tokens,
+                          int64_t experts) {
+  RETURN_IF_ERROR(ExpectCuda(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 2));
+  RETURN_IF_ERROR(ExpectContiguous(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectCuda(op, "weights", weights));
+  RETURN_IF_ERROR(ExpectDType(op, "weights", weights, DType::kF32));
+  RETURN_IF_ERROR(ExpectSameShape(op, ids, weights));
+  RETURN_IF_ERROR(ExpectContiguous(op, "weights", weights));
+  RETURN_IF_ERROR(ExpectDim(op, "ids", ids, 0, tokens));
+  RETURN_IF_ERROR(ExpectIntRange(op, "tokens", tokens));
+  const int64_t k = ids.dim(1);
+  if (k < 1 || k > experts || experts > kMaxRouterExperts) {
+    return OpError(op, absl::StrCat("top-k ", k, " of ", experts, " experts (supported: up to ",
+                                    kMaxRouterExperts, " experts)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CudaBackend::RouterTopK(const Tensor& logits, const Tensor& ids,
                                      const Tensor& weights) {
   constexpr const char* kOp = "RouterTopK";
@@ -50,23 +75,39 @@ absl::Status CudaBackend::RouterTopK(const Tensor& logits, const Tensor& ids,
   RETURN_IF_ERROR(ExpectDType(kOp, "logits", logits, DType::kF32));
   RETURN_IF_ERROR(ExpectRank(kOp, "logits", logits, 2));
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "logits", logits));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(kOp, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(kOp, "ids", ids, 2));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "ids", ids));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "weights", weights));
-  RETURN_IF_ERROR(ExpectDType(kOp, "weights", weights, DType::kF32));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, ids, weights));
-  RETURN_IF_ERROR(ExpectContiguous(kOp, "weights", weights));
-  RETURN_IF_ERROR(ExpectDim(kOp, "ids", ids, 0, logits.dim(0)));
-  RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", logits.dim(0)));
-  const int64_t experts = logits.dim(1), k = ids.dim(1);
-  if (k < 1 || k > experts || experts > kMaxRouterExperts) {
-    return OpError(kOp, absl::StrCat("top-k ", k, " of ", experts, " experts (supported: up to ",
-                                     kMaxRouterExperts, " experts)"));
-  }
-  return Launched(kOp, LaunchRouterTopK(AsRows(logits), static_cast<int>(k), ids.as<int32_t>(),
-                                        weights.as<float>(), stream_));
+  RETURN_IF_ERROR(CheckRouting(kOp, ids, weights, logits.dim(0), logits.dim(1)));
+  return Launched(kOp, LaunchRouterTopK(AsRows(logits), static_cast<int>(ids.dim(1)),
+                                        ids.as<int32_t>(), weights.as<float>(), stream_,
+                                        options_.pdl_decode_kernels));
+}
+
+absl::Status CudaBackend::Route(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                const Tensor& logits, const Tensor& ids, const Tensor& weights) {
+  constexpr const char* kOp = "Route";
+  // One kernel for a few bf16 rows (decode); otherwise, and in the batch-invariant mode (its
+  // summation order differs from the matmul's), Matmul then RouterTopK.
+  const bool fused =
+      !options_.batch_invariant && x.device == DeviceType::kCuda && x.dtype == DType::kBF16 &&
+      x.rank == 2 && x.stride(1) == 1 && x.stride(0) % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && w.device == DeviceType::kCuda &&
+      w.dtype == DType::kBF16 && w.rank == 2 && w.is_contiguous() &&
+      reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.dim(1) == x.dim(1) &&
+      (bias == nullptr || (bias->device == DeviceType::kCuda && bias->dtype == DType::kBF16 &&
+                           bias->rank == 1 && bias->is_contiguous() &&
+                           bias->dim(0) == w.dim(0))) &&
+      RouteSupports(x.dim(0), x.dim(1), w.dim(0));
+  if (!fused) return Backend::Route(x, w, bias, logits, ids, weights);
+  RETURN_IF_ERROR(CheckRouting(kOp, ids, weights, x.dim(0), w.dim(0)));
+  const RouteArgs args{.x = x.data,
+                       .x_stride = x.stride(0),
+                       .w = w.data,
+                       .bias = bias != nullptr ? bias->data : nullptr,
+                       .hidden = static_cast<int>(x.dim(1)),
+                       .experts = static_cast<int>(w.dim(0)),
+                       .k = static_cast<int>(ids.dim(1)),
+                       .ids = ids.as<int32_t>(),
+                       .weights = weights.as<float>()};
+  return Launched(kOp, LaunchRoute(args, x.dim(0), stream_, options_.pdl_decode_kernels));
 }
 
 absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -220,7 +261,8 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                              .routing = static_cast<int32_t*>(moe_routing_.view().data),
                              .act = moe_act_.view().data,
                              .y = static_cast<float*>(moe_out_.view().data),
-                             .out = AsRows(out.SliceRows(t0, t0 + n))};
+                             .out = AsRows(out.SliceRows(t0, t0 + n)),
+                             .pdl = options_.pdl_decode_kernels};
     RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Layer(layer, gemv, stream_)));
   }
   return absl::OkStatus();

@@ -30,7 +30,8 @@ if [[ -n $nsys ]]; then
 else
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   echo "no nsys; $ncu (per-kernel replay: durations, no gaps)"
-  "$ncu" --graph-profiling node --clock-control none --metrics gpu__time_duration.sum --csv \
+  # NCU_FLAGS, e.g. "--cache-control none": keep L2 between kernels as in a real step.
+  "$ncu" --graph-profiling node --clock-control none --metrics gpu__time_duration.sum --csv ${NCU_FLAGS:-} \
     "${bench[@]}" >"$csv" 2>"$work/ncu.err"
   tail -3 "$work/ncu.err"
 fi
