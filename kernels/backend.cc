@@ -32,12 +32,6 @@ absl::Status Backend::MatmulSiluMul(const Tensor& x, const Tensor& w, const Tens
   return SiluMul(gate_up.SliceLast(0, inter), gate_up.SliceLast(inter, 2 * inter), act);
 }
 
-absl::Status Backend::Route(const Tensor& x, const Tensor& w, const Tensor* bias,
-                             const Tensor& logits, const Tensor& ids, const Tensor& weights) {
-  RETURN_IF_ERROR(Matmul(x, w, bias, logits));
-  return RouterTopK(logits, ids, weights);
-}
-
 absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const QkNormRope& p, const KvLayer& kv,
                                         const Tensor& slot_mapping) {

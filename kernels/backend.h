@@ -201,11 +201,6 @@ class Backend {
   // logits. ids i32 [T, k] in descending logit order, weights f32 [T, k].
   virtual absl::Status RouterTopK(const Tensor& logits, const Tensor& ids,
                                   const Tensor& weights) = 0;
-  // A router: logits = x · w^T + bias (f32 [T, E], scratch), then RouterTopK(logits, ids,
-  // weights). The default runs Matmul and RouterTopK; a backend may fuse them and leave logits
-  // unwritten (CUDA for a few decode rows: one kernel, the logits never leave the SM).
-  virtual absl::Status Route(const Tensor& x, const Tensor& w, const Tensor* bias,
-                             const Tensor& logits, const Tensor& ids, const Tensor& weights);
   // out[t] = sum_j weights[t, j] * Expert_{ids[t, j]}(x[t]) where
   // Expert_e(v) = down_e · Glu(gate_up_e · v + gate_up_bias_e) + down_bias_e.
   virtual absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

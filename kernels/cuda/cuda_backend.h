@@ -126,8 +126,6 @@ class CudaBackend final : public Backend {
   absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
 
   absl::Status RouterTopK(const Tensor& logits, const Tensor& ids, const Tensor& weights) override;
-  absl::Status Route(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& logits,
-                     const Tensor& ids, const Tensor& weights) override;
   absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                        const ExpertWeights& experts, const GluParams& glu,
                        const Tensor& out) override;

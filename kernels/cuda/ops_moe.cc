@@ -81,35 +81,6 @@ absl::Status CudaBackend::RouterTopK(const Tensor& logits, const Tensor& ids,
                                         options_.pdl_decode_kernels));
 }
 
-absl::Status CudaBackend::Route(const Tensor& x, const Tensor& w, const Tensor* bias,
-                                const Tensor& logits, const Tensor& ids, const Tensor& weights) {
-  constexpr const char* kOp = "Route";
-  // One kernel for a few bf16 rows (decode); otherwise, and in the batch-invariant mode (its
-  // summation order differs from the matmul's), Matmul then RouterTopK.
-  const bool fused =
-      !options_.batch_invariant && x.device == DeviceType::kCuda && x.dtype == DType::kBF16 &&
-      x.rank == 2 && x.stride(1) == 1 && x.stride(0) % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && w.device == DeviceType::kCuda &&
-      w.dtype == DType::kBF16 && w.rank == 2 && w.is_contiguous() &&
-      reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.dim(1) == x.dim(1) &&
-      (bias == nullptr || (bias->device == DeviceType::kCuda && bias->dtype == DType::kBF16 &&
-                           bias->rank == 1 && bias->is_contiguous() &&
-                           bias->dim(0) == w.dim(0))) &&
-      RouteSupports(x.dim(0), x.dim(1), w.dim(0));
-  if (!fused) return Backend::Route(x, w, bias, logits, ids, weights);
-  RETURN_IF_ERROR(CheckRouting(kOp, ids, weights, x.dim(0), w.dim(0)));
-  const RouteArgs args{.x = x.data,
-                       .x_stride = x.stride(0),
-                       .w = w.data,
-                       .bias = bias != nullptr ? bias->data : nullptr,
-                       .hidden = static_cast<int>(x.dim(1)),
-                       .experts = static_cast<int>(w.dim(0)),
-                       .k = static_cast<int>(ids.dim(1)),
-                       .ids = ids.as<int32_t>(),
-                       .weights = weights.as<float>()};
-  return Launched(kOp, LaunchRoute(args, x.dim(0), stream_, options_.pdl_decode_kernels));
-}
-
 absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                   const ExpertWeights& experts, const GluParams& glu,
                                   const Tensor& out) {

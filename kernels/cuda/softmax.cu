@@ -156,62 +156,6 @@ __global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
                  ids + row * k, weights + row * k, threadIdx.x % kWarpSize);
 }
 
-// Route: one CTA per token. Its warps take the experts' rows two at a time (both rows' loads in
-// flight together), each lane a strided share of 16-byte vectors against the token's row staged
-// in shared memory; the logits meet in shared memory and warp 0 picks the top k.
-constexpr int kRouteWarps = 8;
-
-__global__ void __launch_bounds__(kRouteWarps * kWarpSize)
-    RouteKernel(const RouteArgs a) {
-  PdlBegin();  // pdl.cuh: x is the previous kernel's output
-  __shared__ float logits[kMaxRouterExperts];
-  __shared__ uint4 xs[kRouteMaxVecsPerLane * kWarpSize];
-  const int t = blockIdx.x, warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  using bf16 = __nv_bfloat16;
-  const int vecs = a.hidden / 8;
-  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.x) +
-                                                   static_cast<int64_t>(t) * a.x_stride);
-  const bf16* w = static_cast<const bf16*>(a.w);
-  const bf16* bias = static_cast<const bf16*>(a.bias);
-  for (int v = threadIdx.x; v < vecs; v += kRouteWarps * kWarpSize) xs[v] = xr[v];
-  __syncthreads();
-  for (int e0 = warp; e0 < a.experts; e0 += 2 * kRouteWarps) {
-    const int e1 = e0 + kRouteWarps;
-    const uint4* w0 = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(e0) * a.hidden);
-    const uint4* w1 = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(e1) * a.hidden);
-    // Every load of both rows first (predicated, so all are in flight at once), then the sums.
-    uint4 row0[kRouteMaxVecsPerLane], row1[kRouteMaxVecsPerLane];
-#pragma unroll
-    for (int i = 0; i < kRouteMaxVecsPerLane; ++i) {
-      const int v = lane + i * kWarpSize;
-      row0[i] = v < vecs ? w0[v] : make_uint4(0, 0, 0, 0);
-      row1[i] = v < vecs && e1 < a.experts ? w1[v] : make_uint4(0, 0, 0, 0);
-    }
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kRouteMaxVecsPerLane; ++i) {
-      const int v = lane + i * kWarpSize;
-      float x8[8], r0[8], r1[8];
-      UnpackBf16x8(v < vecs ? xs[v] : make_uint4(0, 0, 0, 0), x8);
-      UnpackBf16x8(row0[i], r0);
-      UnpackBf16x8(row1[i], r1);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum0 += r0[j] * x8[j], sum1 += r1[j] * x8[j];
-    }
-    sum0 = WarpSum(sum0);
-    sum1 = WarpSum(sum1);
-    if (lane == 0) {
-      logits[e0] = sum0 + (bias != nullptr ? ToFloat(bias[e0]) : 0.0f);
-      if (e1 < a.experts) logits[e1] = sum1 + (bias != nullptr ? ToFloat(bias[e1]) : 0.0f);
-    }
-  }
-  __syncthreads();
-  if (warp == 0) {
-    WarpRouterTopK(logits, a.experts, a.k, a.ids + static_cast<int64_t>(t) * a.k,
-                   a.weights + static_cast<int64_t>(t) * a.k, lane);
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchLogSoftmax(const RowsView& x, const RowsView& out, cudaStream_t stream) {
@@ -248,22 +192,6 @@ cudaError_t LaunchRouterTopK(const RowsView& logits, int k, int32_t* ids, float*
       static_cast<unsigned>((logits.rows + kRouterWarpsPerCta - 1) / kRouterWarpsPerCta);
   return LaunchMaybePdl(RouterTopKKernel, dim3(blocks), dim3(kRouterWarpsPerCta * kWarpSize), 0,
                         stream, pdl, logits, k, ids, weights);
-}
-
-bool RouteSupports(int64_t tokens, int64_t hidden, int64_t experts) {
-  return tokens >= 1 && tokens <= kRouteMaxTokens && hidden % 8 == 0 &&
-         hidden <= int64_t{kRouteMaxVecsPerLane} * kWarpSize * 8 && experts >= 1 &&
-         experts <= kMaxRouterExperts;
-}
-
-cudaError_t LaunchRoute(const RouteArgs& args, int64_t tokens, cudaStream_t stream, bool pdl) {
-  if (!RouteSupports(tokens, args.hidden, args.experts) || args.k < 1 || args.k > args.experts ||
-      args.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(args.x) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(args.w) % 16 != 0) {
-    return cudaErrorInvalidValue;
-  }
-  return LaunchMaybePdl(RouteKernel, dim3(static_cast<unsigned>(tokens)),
-                        dim3(kRouteWarps * kWarpSize), 0, stream, pdl, args);
 }
 
 }  // namespace xserv::kernels::cuda

@@ -31,21 +31,4 @@ cudaError_t LaunchArgMax(const RowsView& x, int32_t* ids, void* scratch, cudaStr
 cudaError_t LaunchRouterTopK(const RowsView& logits, int k, int32_t* ids, float* weights,
                              cudaStream_t stream, bool pdl = false);
 
-// A router's matmul and top-k as one kernel for a few tokens (decode): logits = x · w^T + bias
-// in f32 (kept in shared memory only), then LaunchRouterTopK's rule. One CTA per token streams
-// all of w, so it pays only while the tokens are few; summation order differs from the GEMM's.
-inline constexpr int kRouteMaxTokens = 4;
-inline constexpr int kRouteMaxVecsPerLane = 16;  // hidden up to 16 x 32 lanes x 8 = 4096
-struct RouteArgs {
-  const void* x = nullptr;  // bf16 [tokens, hidden], rows x_stride apart
-  int64_t x_stride = 0;
-  const void* w = nullptr;     // bf16 [experts, hidden], contiguous
-  const void* bias = nullptr;  // bf16 [experts] or null
-  int hidden = 0, experts = 0, k = 0;
-  int32_t* ids = nullptr;    // [tokens, k]
-  float* weights = nullptr;  // [tokens, k]
-};
-bool RouteSupports(int64_t tokens, int64_t hidden, int64_t experts);
-cudaError_t LaunchRoute(const RouteArgs& args, int64_t tokens, cudaStream_t stream, bool pdl);
-
 }  // namespace xserv::kernels::cuda

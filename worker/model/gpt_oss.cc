@@ -196,8 +196,9 @@ class GptOssModel final : public Model {
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       RETURN_IF_ERROR(
           b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
-      RETURN_IF_ERROR(b.Route(normed, layer.router.view(), &layer.router_bias.view(),
-                              router_logits, topk_ids, topk_weights));
+      RETURN_IF_ERROR(b.Matmul(normed, layer.router.view(), &layer.router_bias.view(),
+                               router_logits));
+      RETURN_IF_ERROR(b.RouterTopK(router_logits, topk_ids, topk_weights));
       kernels::ExpertWeights experts;
       experts.gate_up_bias = layer.gate_up_bias.view();
       experts.down_bias = layer.down_bias.view();

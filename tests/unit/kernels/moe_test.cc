@@ -52,37 +52,6 @@ TEST_P(MoeOpTest, RouterTopKMatchesReference) {
   }
 }
 
-// A router in one op (Backend::Route): the top-k of x · w^T + bias equals Matmul then RouterTopK
-// on the same backend. On CUDA up to 4 rows take the fused kernel (its own summation order:
-// weights within 1e-5), more rows the two ops.
-TEST_P(MoeOpTest, RouteIsMatmulThenRouterTopK) {
-  std::mt19937 rng(67);
-  for (int64_t hidden : {64, 2880}) {
-    for (int64_t tokens : {1, 3, 4, 6}) {
-      const int64_t experts = 32, k = 4;
-      SCOPED_TRACE(::testing::Message() << tokens << " tokens, hidden " << hidden);
-      std::vector<float> x_host = RandomFloats(tokens * hidden, rng);
-      std::vector<float> w_host = RandomFloats(experts * hidden, rng, -0.1f, 0.1f);
-      std::vector<float> b_host = RandomFloats(experts, rng);
-      const Tensor x = Upload(x_host, {tokens, hidden});
-      const Tensor w = Upload(w_host, {experts, hidden});
-      const Tensor bias = Upload(b_host, {experts});
-      Tensor ids = UploadI32(std::vector<int32_t>(tokens * k, -1), {tokens, k});
-      Tensor weights = Poisoned({tokens, k}, /*f32=*/true);
-      Tensor logits = Poisoned({tokens, experts}, /*f32=*/true);
-      ASSERT_TRUE(backend().Route(x, w, &bias, logits, ids, weights).ok());
-      Tensor want_ids = UploadI32(std::vector<int32_t>(tokens * k, -1), {tokens, k});
-      Tensor want_weights = Poisoned({tokens, k}, /*f32=*/true);
-      Tensor want_logits = Poisoned({tokens, experts}, /*f32=*/true);
-      ASSERT_TRUE(backend().Matmul(x, w, &bias, want_logits).ok());
-      ASSERT_TRUE(backend().RouterTopK(want_logits, want_ids, want_weights).ok());
-      EXPECT_EQ(DownloadI32(ids), DownloadI32(want_ids));
-      const std::vector<float> want = Download(want_weights);
-      EXPECT_TRUE(AllClose(Download(weights), std::vector<double>(want.begin(), want.end()), 1e-5));
-    }
-  }
-}
-
 TEST_P(MoeOpTest, RouterTopKRejectsBadK) {
   std::vector<float> logits(2 * 4, 0.0f);
   Tensor tl = UploadF32(logits, {2, 4});
