@@ -418,7 +418,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
   StageGroupMajorRow(RowPtr<const bf16>(a.a, p / a.a_row_div), a.k, xs, threadIdx.x, kGemvThreads);
   __syncthreads();
 
-  float acc[4] = {};
+  // Two accumulators, for even and odd MMAs of a group: two dependency chains instead of one
+  // (2.04-2.05 against 2.06 ms/step at one token, 2.69 against 2.73 at two; four spill).
+  float acc[4] = {}, acc_odd[4] = {};
   for (int base = warp; base < chunks; base += kGemvWarps * kChunksInFlight) {
     if (base != warp) load(base);
 #pragma unroll
@@ -439,11 +441,13 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        MmaBf16(acc, {lo[2 * i], hi[2 * i], lo[2 * i + 1], hi[2 * i + 1]}, xw[2 * i],
-                xw[2 * i + 1]);
+        MmaBf16(i % 2 == 0 ? acc : acc_odd, {lo[2 * i], hi[2 * i], lo[2 * i + 1], hi[2 * i + 1]},
+                xw[2 * i], xw[2 * i + 1]);
       }
     }
   }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] += acc_odd[i];
   // Column 0 of C: acc[0] (row g) and acc[2] (row g + 8) of the q = 0 threads.
   if (q == 0) {
     partial[warp * kGemvRows + g] = acc[0];
