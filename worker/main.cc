@@ -10,6 +10,7 @@
 // a broken communicator exits 1 so the supervisor restarts the whole replica.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -112,11 +113,21 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
 
 // --window-kv-blocks: whether sliding-window layers keep only their window's blocks (window tables,
 // worker/engine/block_manager.h, and shared storage, KvLayout). The window tables cannot share
-// prefixes, so `auto` turns them on for models with sliding layers when prefix caching is off.
+// prefixes, so `auto` turns them on only when prefix caching is off, and only where the shared
+// storage halves a block: as many sliding layers as full ones, give or take one (gpt-oss's
+// alternation). A sequence keeps its full table too, so with few full layers (say every layer
+// sliding) its blocks would cost more, not less. Decided on the whole model, so every rank and
+// pipeline stage agrees.
 absl::StatusOr<bool> WindowKvBlocks(const WorkerFlags& f, const ModelConfig& config) {
   const bool has_sliding = config.sliding_window > 0;
   if (f.window_kv_blocks == "off") return false;
-  if (f.window_kv_blocks == "auto") return has_sliding && !f.enable_prefix_caching;
+  if (f.window_kv_blocks == "auto") {
+    int64_t sliding = 0;
+    for (int64_t l = 0; l < config.num_layers; ++l) sliding += config.SlidingWindowForLayer(l) > 0;
+    const int64_t full = config.num_layers - sliding;
+    return has_sliding && !f.enable_prefix_caching && sliding > 0 && full > 0 &&
+           std::max(sliding, full) <= std::min(sliding, full) + 1;
+  }
   if (!has_sliding) {
     return absl::InvalidArgumentError(
         "--window-kv-blocks on: the model has no sliding-window layers");
@@ -657,7 +668,7 @@ int main(int argc, char** argv) {
   app.add_option("--enable-prefix-caching", f.enable_prefix_caching)->capture_default_str();
   app.add_option("--window-kv-blocks", f.window_kv_blocks,
                  "sliding-window layers keep only their window's KV blocks: on, off, or auto "
-                 "(on for models with sliding layers when prefix caching is off)")
+                 "(on when prefix caching is off and about half the layers slide, as in gpt-oss)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold)

@@ -96,7 +96,8 @@ cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id
 // outside [0, experts) get NaN rows.
-// The hidden size (out.cols) must be a multiple of 4 and y 16-byte aligned.
+// The hidden size (out.cols) and out's row stride must be multiples of 4, y 16-byte aligned and
+// out 8-byte aligned.
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
                              int experts, const RowsView& out, cudaStream_t stream,
                              bool pdl = false);

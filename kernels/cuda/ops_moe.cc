@@ -163,6 +163,10 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   if (x.stride(0) % 8 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
     return OpError(kOp, "x rows must be 16-byte aligned");
   }
+  // The combine writes 4 outputs of a row at once.
+  if (out.stride(0) % 4 != 0 || reinterpret_cast<uintptr_t>(out.data) % 8 != 0) {
+    return OpError(kOp, "out rows must be 8-byte aligned");
+  }
   for (const Tensor* t : {&gub, &dnb}) {  // streamed with 16-byte loads
     if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
       return OpError(kOp, "MXFP4 blocks must be 16-byte aligned");

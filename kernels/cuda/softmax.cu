@@ -106,7 +106,7 @@ constexpr int kRouterWarpsPerCta = 4;
 constexpr int kMaxExpertsPerLane = kMaxRouterExperts / kWarpSize;
 
 // One warp's top-k of `experts` logits l (ties: lower id) and the softmax over the selected
-// ones, into row_ids / row_weights (RouterTopK's rule; l may be global or shared memory).
+// ones, into row_ids / row_weights (RouterTopK's rule).
 __device__ void WarpRouterTopK(const float* l, int experts, int k, int32_t* row_ids,
                                float* row_weights, int lane) {
   float vals[kMaxExpertsPerLane];

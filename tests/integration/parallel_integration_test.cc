@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "tests/integration/hostile_http.h"
@@ -171,54 +172,78 @@ TEST(Parallel, GptOssLayoutsMatchSingleRank) {
   ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {1, 2}, {1, 3}, {2, 2}});
 }
 
-// --window-kv-blocks on (gpt-oss's sliding layers keep only their window's blocks, in storage
-// shared with the full layers): the tokens of every layout equal one rank's with plain tables,
-// over sequences of up to 80 tokens against the tiny model's window of 32, with 4 requests at
-// once; also in a pool so small (16 blocks of 16) that the requests must be preempted.
+// --window-kv-blocks (gpt-oss's sliding layers keep only their window's blocks, in storage shared
+// with the full layers): the tokens of every layout equal one rank's with plain tables, over
+// sequences of up to 80 tokens against the tiny model's window of 32, with 4 requests at once;
+// also in a pool so small (16 blocks of 16) that requests are preempted. `auto` turns the tables
+// on once prefix caching is off.
 TEST(Parallel, GptOssWindowKvBlocksMatchFullTables) {
   const std::string model = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3, /*num_layers=*/5);
   if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
   constexpr int kTokens = 40;
-  const std::vector<std::string> no_prefix = {"--worker-arg=--enable-prefix-caching=false"};
-  const auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.begin(), no_prefix.begin(), no_prefix.end());
-    return extra;
+  constexpr const char* kOnLine = "sliding-window layers keep their window's blocks";
+  struct Run {
+    std::vector<Completion> out;
+    bool window_tables = false;  // the worker said so in its log
+    double preemptions = -1;
   };
-  const auto run = [&](int tp, int pp, const std::vector<std::string>& extra) {
+  const auto run = [&](int tp, int pp, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), "--worker-arg=--enable-prefix-caching=false");
+    Run r;
     Stack stack;
     if (!stack.Start(model, tp, pp, extra)) {
       ADD_FAILURE() << "tp=" << tp << " pp=" << pp << " did not start\n"
                     << stack.supervisor().Log();
-      return std::vector<Completion>{};
+      return r;
     }
-    std::vector<Completion> out = CompleteConcurrently(stack, kTokens);
+    r.out = CompleteConcurrently(stack, kTokens);
+    // The router refreshes worker counters every 200 ms.
+    for (int i = 0; i < 20 && r.preemptions <= 0; ++i) {
+      r.preemptions = stack.Metric("num_preemptions_total");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
         << stack.supervisor().Log();
-    return out;
+    r.window_tables = stack.supervisor().Log().find(kOnLine) != std::string::npos;
+    return r;
   };
-  const std::vector<Completion> base = run(1, 1, with({"--worker-arg=--window-kv-blocks=off"}));
-  ASSERT_EQ(base.size(), Prompts().size());
-  const std::vector<std::string> on = with({"--worker-arg=--window-kv-blocks=on"});
-  ExpectSameGreedy(base, run(1, 1, on), "window blocks, one rank");
-  ExpectSameGreedy(base, run(1, 2, on), "window blocks, pp=2");
-  ExpectSameGreedy(base, run(2, 1, on), "window blocks, tp=2");
-  ExpectSameGreedy(base,
-                   run(1, 1, with({"--worker-arg=--window-kv-blocks=on",
-                                   "--worker-arg=--num-kv-blocks=16"})),
-                   "window blocks, 16-block pool");
+  const Run base = run(1, 1, {"--worker-arg=--window-kv-blocks=off"});
+  ASSERT_EQ(base.out.size(), Prompts().size());
+  EXPECT_FALSE(base.window_tables);
+  const std::string on = "--worker-arg=--window-kv-blocks=on";
+  for (const auto& [what, tp, pp, extra] :
+       std::vector<std::tuple<std::string, int, int, std::vector<std::string>>>{
+           {"one rank, auto", 1, 1, {}},
+           {"pp=2", 1, 2, {on}},
+           {"tp=2", 2, 1, {on}},
+           {"16-block pool", 1, 1, {on, "--worker-arg=--num-kv-blocks=16"}}}) {
+    const Run r = run(tp, pp, extra);
+    EXPECT_TRUE(r.window_tables) << what;
+    ExpectSameGreedy(base.out, r.out, "window blocks, " + what);
+    if (what == "16-block pool") EXPECT_GT(r.preemptions, 0) << what;
+  }
 }
 
 // On, it needs what it cannot have: a clear refusal at start, not a silent fallback.
 TEST(Parallel, WindowKvBlocksOnRefusesPrefixCachingAndDenseModels) {
-  const std::string model = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3);
-  if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
-  ChildProcess worker;
-  EXPECT_FALSE(worker.StartServer("xserv-worker",
-                                  {"--model", model, "--window-kv-blocks", "on"},
-                                  std::chrono::seconds(30)));
-  EXPECT_FALSE(worker.Running());
-  EXPECT_NE(worker.Log().find("--enable-prefix-caching false"), std::string::npos)
-      << worker.Log();
+  const std::string gpt_oss = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3);
+  if (gpt_oss.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess with_prefixes;
+  EXPECT_FALSE(with_prefixes.StartServer("xserv-worker",
+                                         {"--model", gpt_oss, "--window-kv-blocks", "on"},
+                                         std::chrono::seconds(30)));
+  EXPECT_FALSE(with_prefixes.Running());
+  EXPECT_NE(with_prefixes.Log().find("--enable-prefix-caching false"), std::string::npos)
+      << with_prefixes.Log();
+  const std::string& qwen3 = SharedQwen3TinyModel();
+  if (qwen3.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess dense;
+  EXPECT_FALSE(dense.StartServer("xserv-worker",
+                                 {"--model", qwen3, "--window-kv-blocks", "on",
+                                  "--enable-prefix-caching", "false"},
+                                 std::chrono::seconds(30)));
+  EXPECT_FALSE(dense.Running());
+  EXPECT_NE(dense.Log().find("no sliding-window layers"), std::string::npos) << dense.Log();
 }
 
 // CompleteConcurrently on one rank serving `model`: what the pipelined layouts must reproduce.

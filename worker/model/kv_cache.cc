@@ -41,6 +41,12 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
         absl::StrCat("KV cache needs at least one block of one token, got ", num_blocks,
                      " blocks of ", block_size));
   }
+  if (layout.share_window_layers &&
+      layout.first_layer + c.num_layers > static_cast<int64_t>(c.layer_types.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: layers ", layout.first_layer, "..", layout.first_layer + c.num_layers - 1,
+        " outside the model's ", c.layer_types.size(), " layer types"));
+  }
   KvCache cache;
   cache.backend_ = &backend;
   cache.num_blocks_ = num_blocks;

@@ -33,13 +33,20 @@ TEST(KvCache, WindowLayersShareStorageWithFullLayers) {
   EXPECT_EQ(KvCache::StorageOfLayers(c, {.share_window_layers = true}),
             (std::vector<int64_t>{0, 0, 1, 1, 2}));
   EXPECT_EQ(KvCache::NumStorages(c, {.share_window_layers = true}), 3);
-  // A stage starting at global layer 1 (full, sliding, full, sliding, full).
-  EXPECT_EQ(KvCache::StorageOfLayers(c, {.share_window_layers = true, .first_layer = 1}),
-            (std::vector<int64_t>{0, 0, 1, 1, 2}));
-  ModelConfig stage = Alternating(5);
-  stage.num_layers = 2;  // a stage's rank_config: its layers, the global layer_types
+  // Pipeline stages: a stage's rank_config keeps its layers and the global layer_types. With
+  // sliding, sliding, full, sliding, sliding, full the start decides the map.
+  ModelConfig uneven = Alternating(6);
+  uneven.layer_types = {AttentionType::kSliding, AttentionType::kSliding, AttentionType::kFull,
+                        AttentionType::kSliding, AttentionType::kSliding, AttentionType::kFull};
+  EXPECT_EQ(KvCache::StorageOfLayers(uneven, {.share_window_layers = true}),
+            (std::vector<int64_t>{0, 1, 0, 2, 3, 1}));
+  ModelConfig stage = uneven;
+  stage.num_layers = 3;
+  EXPECT_EQ(KvCache::StorageOfLayers(stage, {.share_window_layers = true, .first_layer = 2}),
+            (std::vector<int64_t>{0, 0, 1}));  // full, sliding, sliding
   EXPECT_EQ(KvCache::StorageOfLayers(stage, {.share_window_layers = true, .first_layer = 3}),
-            (std::vector<int64_t>{0, 0}));
+            (std::vector<int64_t>{0, 1, 0}));  // sliding, sliding, full
+  EXPECT_EQ(KvCache::NumStorages(uneven, {.share_window_layers = true}), 4);
   // No sliding layer: nothing to share.
   ModelConfig dense = Alternating(3);
   dense.layer_types.assign(3, AttentionType::kFull);
@@ -95,6 +102,9 @@ TEST(KvCache, SharedLayersSeeOneTensorAndSwapKeepsEveryPair) {
     }
   }
   EXPECT_FALSE(kv->SwapOut(std::vector<KvCache::BlockPair>{{4, 0}}).ok());
+  // A stage's layers past the model's layer types: refused, not read as full layers.
+  EXPECT_FALSE(KvCache::Allocate(backend, c, 4, 2, 0, {.share_window_layers = true, .first_layer = 1})
+                   .ok());
 }
 
 }  // namespace
