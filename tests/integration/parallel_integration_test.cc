@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -43,8 +44,13 @@ class Stack {
         "--model", model, "--tp", std::to_string(tp), "--pp", std::to_string(pp),
         "--worker-base-port",
         std::to_string(worker_port), "--grace-period-s", "20", "--worker-arg=--kv-cache-memory",
-        "--worker-arg=0.0625", "--worker-arg=--swap-space-gb", "--worker-arg=0",
-        "--worker-arg=--threads", "--worker-arg=1"};
+        "--worker-arg=0.0625", "--worker-arg=--threads", "--worker-arg=1"};
+    // No swap pool unless `extra` asks for one (a flag given twice is an error).
+    if (std::none_of(extra.begin(), extra.end(), [](const std::string& a) {
+          return a.rfind("--worker-arg=--swap-space-gb", 0) == 0;
+        })) {
+      args.insert(args.end(), {"--worker-arg=--swap-space-gb", "--worker-arg=0"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     // XSERV_TEST_SUPERVISOR_ARGS (space-separated) runs the same tests on other backends, e.g.
     // "--backend cuda --devices 0,1" on the two-GPU host.
@@ -175,8 +181,9 @@ TEST(Parallel, GptOssLayoutsMatchSingleRank) {
 // --window-kv-blocks (gpt-oss's sliding layers keep only their window's blocks, in storage shared
 // with the full layers): the tokens of every layout equal one rank's with plain tables, over
 // sequences of up to 80 tokens against the tiny model's window of 32, with 4 requests at once;
-// also in a pool so small (16 blocks of 16) that requests are preempted. `auto` turns the tables
-// on once prefix caching is off.
+// also in a pool so small (16 blocks of 16) that requests are preempted, by recomputation and,
+// with a host pool, by swapping both tables' blocks out and back. `auto` turns the tables on
+// once prefix caching is off.
 TEST(Parallel, GptOssWindowKvBlocksMatchFullTables) {
   const std::string model = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3, /*num_layers=*/5);
   if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
@@ -216,11 +223,14 @@ TEST(Parallel, GptOssWindowKvBlocksMatchFullTables) {
            {"one rank, auto", 1, 1, {}},
            {"pp=2", 1, 2, {on}},
            {"tp=2", 2, 1, {on}},
-           {"16-block pool", 1, 1, {on, "--worker-arg=--num-kv-blocks=16"}}}) {
+           {"16-block pool", 1, 1, {on, "--worker-arg=--num-kv-blocks=16"}},
+           {"16-block pool, swap", 1, 1,
+            {on, "--worker-arg=--num-kv-blocks=16", "--worker-arg=--swap-space-gb=0.01",
+             "--worker-arg=--preemption-mode=swap"}}}) {
     const Run r = run(tp, pp, extra);
     EXPECT_TRUE(r.window_tables) << what;
     ExpectSameGreedy(base.out, r.out, "window blocks, " + what);
-    if (what == "16-block pool") EXPECT_GT(r.preemptions, 0) << what;
+    if (what.rfind("16-block pool", 0) == 0) EXPECT_GT(r.preemptions, 0) << what;
   }
 }
 
