@@ -15,6 +15,21 @@ namespace {
 // Tokens per round of the MXFP4 path: bounds its scratch (f32 down outputs of k pairs per token).
 constexpr int64_t kMxfp4ChunkTokens = 1024;
 
+// A routing of `tokens` rows: ids i32 and weights f32 [tokens, k], contiguous.
+absl::Status CheckRouting(const char* op, const Tensor& ids, const Tensor& weights,
+                          int64_t tokens) {
+  RETURN_IF_ERROR(ExpectCuda(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
+  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 2));
+  RETURN_IF_ERROR(ExpectContiguous(op, "ids", ids));
+  RETURN_IF_ERROR(ExpectCuda(op, "weights", weights));
+  RETURN_IF_ERROR(ExpectDType(op, "weights", weights, DType::kF32));
+  RETURN_IF_ERROR(ExpectSameShape(op, ids, weights));
+  RETURN_IF_ERROR(ExpectContiguous(op, "weights", weights));
+  RETURN_IF_ERROR(ExpectDim(op, "ids", ids, 0, tokens));
+  return ExpectIntRange(op, "tokens", tokens);
+}
+
 // The activations and routing of an Experts call (both weight formats): bf16 rows x and out of
 // one shape, not aliased; ids i32 and weights f32 [tokens, k].
 absl::Status CheckExpertsActivations(const char* op, const Tensor& x, const Tensor& ids,
@@ -28,42 +43,7 @@ absl::Status CheckExpertsActivations(const char* op, const Tensor& x, const Tens
   RETURN_IF_ERROR(ExpectSameShape(op, x, out));
   RETURN_IF_ERROR(ExpectRowMajor(op, "out", out));
   if (x.data == out.data) return OpError(op, "out must not alias x");
-  RETURN_IF_ERROR(ExpectCuda(op, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 2));
-  RETURN_IF_ERROR(ExpectContiguous(op, "ids", ids));
-  RETURN_IF_ERROR(ExpectCuda(op, "weights", weights));
-  RETURN_IF_ERROR(ExpectDType(op, "weights", weights, DType::kF32));
-  RETURN_IF_ERROR(ExpectSameShape(op, ids, weights));
-  RETURN_IF_ERROR(ExpectContiguous(op, "weights", weights));
-  RETURN_IF_ERROR(ExpectDim(op, "ids", ids, 0, x.dim(0)));
-  RETURN_IF_ERROR(ExpectIntRange(op, "tokens", x.dim(0)));
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
-
-// ids i32 and weights f32 [tokens, k], contiguous, with 1 <= k <= experts <= kMaxRouterExperts.
-absl::Status CheckRouting(const char* op, const Tensor& ids, const Tensor& weights, int64_t tokens,
-                          int64_t experts) {
-  RETURN_IF_ERROR(ExpectCuda(op, "ids", ids));
-  RETURN_IF_ERROR(ExpectDType(op, "ids", ids, DType::kI32));
-  RETURN_IF_ERROR(ExpectRank(op, "ids", ids, 2));
-  RETURN_IF_ERROR(ExpectContiguous(op, "ids", ids));
-  RETURN_IF_ERROR(ExpectCuda(op, "weights", weights));
-  RETURN_IF_ERROR(ExpectDType(op, "weights", weights, DType::kF32));
-  RETURN_IF_ERROR(ExpectSameShape(op, ids, weights));
-  RETURN_IF_ERROR(ExpectContiguous(op, "weights", weights));
-  RETURN_IF_ERROR(ExpectDim(op, "ids", ids, 0, tokens));
-  RETURN_IF_ERROR(ExpectIntRange(op, "tokens", tokens));
-  const int64_t k = ids.dim(1);
-  if (k < 1 || k > experts || experts > kMaxRouterExperts) {
-    return OpError(op, absl::StrCat("top-k ", k, " of ", experts, " experts (supported: up to ",
-                                    kMaxRouterExperts, " experts)"));
-  }
-  return absl::OkStatus();
+  return CheckRouting(op, ids, weights, x.dim(0));
 }
 
 }  // namespace
@@ -75,9 +55,14 @@ absl::Status CudaBackend::RouterTopK(const Tensor& logits, const Tensor& ids,
   RETURN_IF_ERROR(ExpectDType(kOp, "logits", logits, DType::kF32));
   RETURN_IF_ERROR(ExpectRank(kOp, "logits", logits, 2));
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "logits", logits));
-  RETURN_IF_ERROR(CheckRouting(kOp, ids, weights, logits.dim(0), logits.dim(1)));
-  return Launched(kOp, LaunchRouterTopK(AsRows(logits), static_cast<int>(ids.dim(1)),
-                                        ids.as<int32_t>(), weights.as<float>(), stream_,
+  RETURN_IF_ERROR(CheckRouting(kOp, ids, weights, logits.dim(0)));
+  const int64_t experts = logits.dim(1), k = ids.dim(1);
+  if (k < 1 || k > experts || experts > kMaxRouterExperts) {
+    return OpError(kOp, absl::StrCat("top-k ", k, " of ", experts, " experts (supported: up to ",
+                                     kMaxRouterExperts, " experts)"));
+  }
+  return Launched(kOp, LaunchRouterTopK(AsRows(logits), static_cast<int>(k), ids.as<int32_t>(),
+                                        weights.as<float>(), stream_,
                                         options_.pdl_decode_kernels));
 }
 

@@ -105,10 +105,15 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kRouterWarpsPerCta = 4;
 constexpr int kMaxExpertsPerLane = kMaxRouterExperts / kWarpSize;
 
-// One warp's top-k of `experts` logits l (ties: lower id) and the softmax over the selected
-// ones, into row_ids / row_weights (RouterTopK's rule).
-__device__ void WarpRouterTopK(const float* l, int experts, int k, int32_t* row_ids,
-                               float* row_weights, int lane) {
+__global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
+    RouterTopKKernel(const RowsView logits, int k, int32_t* ids, float* weights) {
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerCta +
+                      threadIdx.x / kWarpSize;
+  if (row >= logits.rows) return;  // whole warps leave; no CTA barrier below
+  const int lane = threadIdx.x % kWarpSize;
+  const int experts = static_cast<int>(logits.cols);
+  const float* l = RowPtr<const float>(logits, row);
   float vals[kMaxExpertsPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxExpertsPerLane; ++i) {
@@ -116,7 +121,9 @@ __device__ void WarpRouterTopK(const float* l, int experts, int k, int32_t* row_
     vals[i] = e < experts ? l[e] : -INFINITY;
   }
   uint32_t taken = 0;  // bit i: expert lane + 32 * i already selected
-  float top = 0.0f;    // the largest logit (round 0's winner)
+  int32_t* row_ids = ids + row * k;
+  float* row_weights = weights + row * k;
+  float top = 0.0f;  // the largest logit (round 0's winner)
   for (int j = 0; j < k; ++j) {
     float best = -INFINITY;
     int best_id = INT_MAX;
@@ -144,16 +151,6 @@ __device__ void WarpRouterTopK(const float* l, int experts, int k, int32_t* row_
   sum = WarpSum(sum);
   __syncwarp();  // every lane has read the logits before any is overwritten
   for (int j = lane; j < k; j += kWarpSize) row_weights[j] = expf(row_weights[j] - top) / sum;
-}
-
-__global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
-    RouterTopKKernel(const RowsView logits, int k, int32_t* ids, float* weights) {
-  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerCta +
-                      threadIdx.x / kWarpSize;
-  if (row >= logits.rows) return;  // whole warps leave; no CTA barrier below
-  WarpRouterTopK(RowPtr<const float>(logits, row), static_cast<int>(logits.cols), k,
-                 ids + row * k, weights + row * k, threadIdx.x % kWarpSize);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 # values to try; MODES=heuristic skips the batch-invariant runs; BENCH_FLAGS adds flags, e.g.
 # --profile-ops; PROMPT_LEN, default 128, and GEN_LEN, default 64, e.g. PROMPT_LEN=2048 GEN_LEN=4
 # with --profile-ops for a long prompt's prefill by op; FP8=1 writes the model in the HF FP8
-# layout, qwen3-8b / llama3-8b). Writes $OUT/engine-bench-ARCH.txt.
+# layout, qwen3-8b / llama3-8b; BINS compares binaries, below). Writes $OUT/engine-bench-ARCH.txt.
 # Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [batches, default 1,8,32]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -20,8 +20,10 @@ python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokeniz
 # VARIANTS="name=FLAGS|name2=FLAGS2": the heuristic mode once per variant (its flags after
 # BENCH_FLAGS), on the same weights, then a table of decode ms/step by batch (e.g.
 # VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true").
+# BINS="xserv-engine-bench xserv-engine-bench-old": the heuristic mode with each bundled binary
+# (built from different trees), in turn, ROUNDS times (default 2) so drift between runs shows.
 bench() {  # flags...
-  .bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda \
+  ".bundle/bin/${BIN:-xserv-engine-bench}" --model "$work/model" --backend cuda \
     --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-64}" --batch "$batches" --repeats 3 \
     "$@" 2>&1 | grep --line-buffered -v "^\s*$"
 }
@@ -35,6 +37,14 @@ bench() {  # flags...
       # shellcheck disable=SC2086
       bench --batch-invariant false ${BENCH_FLAGS:-} ${v#*=}
     done
+  elif [[ -n ${BINS:-} ]]; then
+    for round in $(seq "${ROUNDS:-2}"); do
+      for bin in $BINS; do
+        echo "== variant $bin#$round: $bin"
+        # shellcheck disable=SC2086
+        BIN=$bin bench --batch-invariant false ${BENCH_FLAGS:-}
+      done
+    done
   else
     for mode in ${MODES:-heuristic ${REFERENCE_ROWS:-256}}; do
       if [[ $mode == heuristic ]]; then flags=(--batch-invariant false)
@@ -44,7 +54,7 @@ bench() {  # flags...
     done
   fi
 } | tee "$OUT/engine-bench-$arch.txt"
-if [[ -n ${VARIANTS:-} ]]; then  # variant, batch, prefill tok/s, decode ms/step
+if [[ -n ${VARIANTS:-}${BINS:-} ]]; then  # variant, batch, prefill tok/s, decode ms/step
   awk '/^== variant/ {v = $3; sub(":", "", v)} /^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$/ {
          printf "%-12s b=%-5s prefill %10s tok/s  decode %7s ms/step\n", v, $1, $4, $6}' \
     "$OUT/engine-bench-$arch.txt"

@@ -22,9 +22,18 @@ std::vector<int64_t> KvCache::StorageOfLayers(const ModelConfig& c, const KvLayo
   return storage;
 }
 
+namespace {
+
+int64_t CountStorages(const std::vector<int64_t>& storage_of_layers) {
+  return storage_of_layers.empty()
+             ? 0
+             : *std::max_element(storage_of_layers.begin(), storage_of_layers.end()) + 1;
+}
+
+}  // namespace
+
 int64_t KvCache::NumStorages(const ModelConfig& c, const KvLayout& layout) {
-  const std::vector<int64_t> storage = StorageOfLayers(c, layout);
-  return storage.empty() ? 0 : *std::max_element(storage.begin(), storage.end()) + 1;
+  return CountStorages(StorageOfLayers(c, layout));
 }
 
 int64_t KvCache::BytesPerBlock(const ModelConfig& c, int64_t block_size, kernels::DType dtype,
@@ -54,7 +63,8 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
   cache.num_host_blocks_ = std::max<int64_t>(0, num_host_blocks);
   cache.block_bytes_ = static_cast<size_t>(block_size * c.num_kv_heads * c.head_dim) *
                        kernels::DTypeSize(backend.compute_dtype());
-  const int64_t storages = NumStorages(c, layout);
+  const std::vector<int64_t> storage_of_layers = StorageOfLayers(c, layout);
+  const int64_t storages = CountStorages(storage_of_layers);
   for (int64_t l = 0; l < storages; ++l) {
     ASSIGN_OR_RETURN(kernels::Buffer k, backend.Allocate(backend.compute_dtype(),
                                                          {num_blocks, block_size, c.num_kv_heads,
@@ -71,7 +81,7 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
       }
     }
   }
-  for (const int64_t storage : StorageOfLayers(c, layout)) {
+  for (const int64_t storage : storage_of_layers) {
     cache.layers_.push_back(cache.storages_[storage]);
   }
   return cache;
