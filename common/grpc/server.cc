@@ -4,12 +4,17 @@
 
 namespace xserv {
 
+void ListenExclusively(grpc::ServerBuilder& builder, const std::string& address, int* port) {
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+}
+
 absl::StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& host, int port,
                                                   const std::vector<grpc::Service*>& services) {
   StartedGrpcServer started;
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(host, ":", port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &started.port);
+  ListenExclusively(builder, address, &started.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {

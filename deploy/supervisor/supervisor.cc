@@ -8,8 +8,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/shutdown_signals.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc/status_conversion.h"
+#include "common/shutdown_signals.h"
 #include "spdlog/spdlog.h"
 
 namespace xserv::supervisor {
@@ -151,18 +152,35 @@ void Supervisor::ReapChildren() {
   }
 }
 
-std::optional<wv1::HealthResponse> Supervisor::LeaderHealth(Replica& replica) {
+std::optional<wv1::HealthResponse> Supervisor::LeaderHealth(Replica& replica,
+                                                             std::string* failure) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   wv1::HealthResponse health;
-  if (!replica.leader->Health(&ctx, wv1::HealthRequest(), &health).ok()) return std::nullopt;
+  const grpc::Status status = replica.leader->Health(&ctx, wv1::HealthRequest(), &health);
+  if (!status.ok()) {
+    if (failure != nullptr) {
+      *failure = absl::StrCat("health probe: ", FromGrpcStatus(status).ToString());
+    }
+    return std::nullopt;
+  }
   return health;
 }
 
 bool Supervisor::LeaderServing(Replica& replica, std::string* detail) {
-  const std::optional<wv1::HealthResponse> health = LeaderHealth(replica);
-  if (!health) return false;
-  if (detail != nullptr) *detail = health->detail();
+  std::string failure;
+  const std::optional<wv1::HealthResponse> health = LeaderHealth(replica, &failure);
+  if (!health) {
+    if (detail != nullptr) *detail = failure;
+    return false;
+  }
+  // While STARTING the detail is the weight-loading progress; any other state is named.
+  if (detail != nullptr) {
+    *detail = health->state() == wv1::HealthResponse::STATE_STARTING
+                  ? health->detail()
+                  : absl::StrCat(wv1::HealthResponse::State_Name(health->state()), " ",
+                                 health->detail());
+  }
   return health->state() == wv1::HealthResponse::STATE_SERVING;
 }
 

@@ -44,7 +44,7 @@ class Supervisor {
     RestartBackoff backoff;
     std::unique_ptr<xserv::worker::v1::Worker::Stub> leader;
     uint64_t epoch = 0;  // launches so far: the ranks of one launch share it (--replica-epoch)
-    std::string progress;  // the leader's last STARTING detail
+    std::string progress;  // why the leader is not ready yet (LeaderServing's detail)
     // kReady: when the leader last answered healthy, and when it was last probed.
     Clock::time_point healthy_at{}, probed_at{};
   };
@@ -57,11 +57,13 @@ class Supervisor {
   // Ready replicas: a leader that has not answered healthy (SERVING or DRAINING) for
   // unhealthy_restart_s is killed with its replica, which is then restarted with backoff.
   void ProbeReady();
-  // Health of the replica's leader: true when SERVING; `detail` gets the state's detail (e.g.
-  // weight-loading progress while STARTING).
+  // Health of the replica's leader: true when SERVING; otherwise `detail` says why not (the
+  // weight-loading progress while STARTING, another state by name, or the probe's RPC error).
   bool LeaderServing(Replica& replica, std::string* detail = nullptr);
-  // The leader's health state; nullopt when it does not answer within the probe deadline.
-  std::optional<xserv::worker::v1::HealthResponse> LeaderHealth(Replica& replica);
+  // The leader's health state; nullopt when it does not answer within the probe deadline
+  // (`failure` then gets the RPC's status).
+  std::optional<xserv::worker::v1::HealthResponse> LeaderHealth(Replica& replica,
+                                                                std::string* failure = nullptr);
   void Drain();
   bool WaitExit(std::vector<Child*> children, std::chrono::milliseconds timeout);
   std::vector<std::string> WorkerArgv(int replica, int rank, uint64_t epoch) const;

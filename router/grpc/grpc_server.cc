@@ -1,6 +1,7 @@
 #include "router/grpc/grpc_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc/server.h"
 #include "spdlog/spdlog.h"
 
 namespace xserv::router::grpc_api {
@@ -10,7 +11,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   std::unique_ptr<GrpcServer> server(new GrpcServer(state));
   const std::string address = absl::StrCat(options.host, ":", options.port);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  ListenExclusively(builder, address, &server->port_);
   builder.RegisterService(&server->service_);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -38,8 +38,7 @@ class Stack {
  public:
   // Starts supervisor + router + tp*pp worker ranks serving `model`.
   bool Start(const std::string& model, int tp, int pp = 1, std::vector<std::string> extra = {}) {
-    std::mt19937 rng(std::random_device{}());
-    const int worker_port = 20000 + static_cast<int>(rng() % 20000);
+    const int worker_port = FreePortRun(tp * pp);
     std::vector<std::string> args = {
         "--model", model, "--tp", std::to_string(tp), "--pp", std::to_string(pp),
         "--worker-base-port",

@@ -1,13 +1,18 @@
 #include "tests/integration/process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -71,6 +76,10 @@ bool ChildProcess::StartServer(const std::string& binary, std::vector<std::strin
   log_path_ = dir + "/" + binary + ".log";
   args.insert(args.begin(), BinaryPath(binary));
   args.insert(args.end(), {"--port", "0", "--port-file", port_file});
+  if ((binary == "xserv-router" || binary == "xserv-supervisor") &&
+      std::find(args.begin(), args.end(), "--grpc-port") == args.end()) {
+    args.insert(args.end(), {"--grpc-port", "0"});
+  }
   pid_ = fork();
   if (pid_ == 0) {
     setpgid(0, 0);  // a group of its own (see the destructor)
@@ -99,6 +108,31 @@ bool ChildProcess::StartServer(const std::string& binary, std::vector<std::strin
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+int FreePortRun(int n) {
+  std::mt19937 rng(std::random_device{}());
+  const auto bindable = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    const int one = 1;  // as gRPC binds: a port in TIME_WAIT is free to it
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    return ok;
+  };
+  constexpr int kLow = 20000, kEphemeral = 32768;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int base = kLow + static_cast<int>(rng() % static_cast<unsigned>(kEphemeral - kLow - n));
+    bool all = true;
+    for (int p = base; p < base + n && all; ++p) all = bindable(p);
+    if (all) return base;
+  }
+  return kLow;  // never in practice; the server that cannot bind then says so
 }
 
 std::string ChildProcess::Log() const {

@@ -20,7 +20,8 @@ class ChildProcess {
   ~ChildProcess();  // SIGKILL if still running
 
   // Starts `binary` (a name in the build's bin directory) with `args` and `--port 0
-  // --port-file F` appended; returns false if it did not write its port within `timeout`.
+  // --port-file F` appended (the router and the supervisor also get `--grpc-port 0` unless
+  // `args` names one: concurrent tests must not share the default public gRPC port); returns false if it did not write its port within `timeout`.
   bool StartServer(const std::string& binary, std::vector<std::string> args,
                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
@@ -42,6 +43,11 @@ class ChildProcess {
   int exit_status_ = -1;
   std::string log_path_;
 };
+
+// The first of `n` consecutive ports on 127.0.0.1 that were free a moment ago, picked at random
+// below Linux's ephemeral range (32768 on), where outgoing connections and port-0 listeners
+// take theirs: for flags that need a fixed port, such as the supervisor's --worker-base-port.
+int FreePortRun(int n);
 
 std::string BinaryPath(const std::string& name);
 std::string SourcePath(const std::string& relative);

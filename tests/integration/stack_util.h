@@ -62,9 +62,8 @@ inline std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
 // and `extra` flags; the router's HTTP port is supervisor.port() afterwards.
 inline bool StartSmallStack(ChildProcess& supervisor, const std::string& model,
                             std::vector<std::string> extra = {}) {
-  std::mt19937 rng(std::random_device{}());
   std::vector<std::string> args = {"--model", model, "--worker-base-port",
-                                   std::to_string(20000 + rng() % 20000),
+                                   std::to_string(FreePortRun(8)),  // room for a few ranks
                                    "--worker-arg=--kv-cache-memory", "--worker-arg=0.0625",
                                    "--worker-arg=--swap-space-gb", "--worker-arg=0"};
   args.insert(args.end(), extra.begin(), extra.end());

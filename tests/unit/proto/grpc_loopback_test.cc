@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc/server.h"
 #include "gtest/gtest.h"
 #include "xserv/worker/v1/worker.grpc.pb.h"
 
@@ -101,6 +102,26 @@ TEST(GrpcLoopback, HealthAndServerStream) {
   EXPECT_EQ(got, (std::vector<uint32_t>{11, 22, 33}));
   EXPECT_EQ(finished, 1);
   server->Shutdown();
+}
+
+// A port one server listens on is refused to a second (gRPC would otherwise share it through
+// SO_REUSEPORT and split connections between the two); the first keeps serving.
+TEST(GrpcLoopback, SecondServerOnAServedPortIsRefused) {
+  EchoWorker first_service, second_service;
+  auto first = xserv::StartGrpcServer("127.0.0.1", 0, {&first_service});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = xserv::StartGrpcServer("127.0.0.1", first->port, {&second_service});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(std::to_string(first->port)), std::string::npos)
+      << second.status();
+  auto stub = wv1::Worker::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(first->port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  wv1::HealthResponse health;
+  EXPECT_TRUE(stub->Health(&ctx, wv1::HealthRequest(), &health).ok());
+  first->server->Shutdown();
 }
 
 }  // namespace
