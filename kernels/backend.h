@@ -44,8 +44,16 @@ struct AttentionBatch {
 
 // One layer's paged KV storage.
 struct KvLayer {
-  Tensor k;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  Tensor v;  // same shape
+  Tensor k;  // [num_blocks, block_size, num_kv_heads, head_dim]: the compute dtype, or F8E4M3
+  Tensor v;  // same shape and dtype
+  // FP8 KV cache only (k, v F8E4M3): f32 [num_blocks, block_size, num_kv_heads], the scale of
+  // each (slot, kv head): value = E4M3(code) * scale. WriteKv makes both from a new key or value
+  // as kernels/fp8.h QuantizeFp8Group does: scale = amax / 448 over the head's head_dim values
+  // (1 when they are all 0), codes = E4M3(value / scale), round to nearest even, saturating.
+  // Scaled per token and head, the cache needs no calibration and keeps outliers of one token
+  // from coarsening another's codes.
+  Tensor k_scale, v_scale;
+  bool fp8() const { return k.dtype == DType::kF8E4M3; }
 };
 
 struct AttentionParams {
@@ -163,7 +171,8 @@ class Backend {
   // positions i32 [T]. cos_sin f32 [max_positions, head_dim]: cos in the first half, sin in the
   // second (see kernels/rope_table.h; scaling variants are folded into the table).
   virtual absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) = 0;
-  // Writes the step's new keys and values k, v [T, kv_heads, head_dim] into their slots.
+  // Writes the step's new keys and values k, v [T, kv_heads, head_dim] into their slots
+  // (quantised, with their scales, into an FP8 cache: KvLayer).
   virtual absl::Status WriteKv(const Tensor& k, const Tensor& v, const KvLayer& kv,
                                const Tensor& slot_mapping) = 0;
   // The attention block's step between the projections and Attention, on q [T, heads,
@@ -180,7 +189,8 @@ class Backend {
   // and v weights into one projection: one GEMM per layer instead of three.
   virtual bool TakesStridedQkNormRope(int64_t head_dim) const;
   // Causal attention of q [T, heads, head_dim] over the paged KV of each sequence (written by
-  // WriteKv first), GQA by heads / kv_heads. out [T, heads, head_dim].
+  // WriteKv first), GQA by heads / kv_heads. out [T, heads, head_dim]. An FP8 cache is read as
+  // its codes times their scales.
   virtual absl::Status Attention(const Tensor& q, const KvLayer& kv, const AttentionBatch& batch,
                                  const AttentionParams& params, const Tensor& out) = 0;
 

@@ -55,6 +55,16 @@ void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t
   });
 }
 
+float QuantizeFp8Group(std::span<const float> values, uint8_t* codes) {
+  float amax = 0.0f;
+  for (const float v : values) amax = std::max(amax, std::fabs(v));
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  for (size_t j = 0; j < values.size(); ++j) {
+    codes[j] = safetensors::FloatToF8E4M3Saturating(values[j] / scale);
+  }
+  return scale;
+}
+
 Fp8Rows QuantizeFp8Rows(std::span<const float> values, int64_t rows, int64_t cols,
                         int64_t group) {
   const int64_t groups = (cols + group - 1) / group;
@@ -64,13 +74,9 @@ Fp8Rows QuantizeFp8Rows(std::span<const float> values, int64_t rows, int64_t col
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t begin = g * group, end = std::min(cols, begin + group);
-      float amax = 0.0f;
-      for (int64_t j = begin; j < end; ++j) amax = std::max(amax, std::fabs(values[i * cols + j]));
-      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-      out.scales[i * groups + g] = scale;
-      for (int64_t j = begin; j < end; ++j) {
-        out.codes[i * cols + j] = safetensors::FloatToF8E4M3Saturating(values[i * cols + j] / scale);
-      }
+      out.scales[i * groups + g] = QuantizeFp8Group(
+          values.subspan(static_cast<size_t>(i * cols + begin), static_cast<size_t>(end - begin)),
+          out.codes.data() + i * cols + begin);
     }
   }
   return out;

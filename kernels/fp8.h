@@ -26,9 +26,14 @@ Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t
 void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t block,
                          std::span<float> values);
 
+// One group of `values` to E4M3 `codes` (as many): returns the group's scale = amax / 448 in f32
+// (1 for an all-zero group; not rounded further), codes = E4M3(value / scale), round to nearest
+// even, saturating. The arithmetic of every dynamic quantiser here (activations, the FP8 KV
+// cache's (token, head) rows) and of its CUDA twins.
+float QuantizeFp8Group(std::span<const float> values, uint8_t* codes);
+
 // Dynamic per-row quantisation of activations for W8A8 GEMMs: each row's groups of `group`
-// columns get scale = amax / 448 in f32 (1 for an all-zero group; not rounded further) and codes
-// = E4M3(value / scale), round to nearest even, saturating. The reference of the CUDA kernel
+// columns quantised by QuantizeFp8Group. The reference of the CUDA kernel
 // (kernels/cuda/fp8_quant.h), which must give the same codes and scales.
 struct Fp8Rows {
   std::vector<uint8_t> codes;  // E4M3 [rows, cols]

@@ -78,6 +78,7 @@ struct WorkerFlags {
   std::string scheduling_policy = "fcfs";
   bool enable_prefix_caching = true;
   std::string window_kv_blocks = "auto";  // auto | on | off
+  std::string kv_cache_dtype = "auto";    // auto (the compute dtype) | fp8 | fp8_e4m3
   int long_prefill_token_threshold = 0;
   int max_waiting_steps = 0;
   double drain_timeout_s = 30;
@@ -460,7 +461,8 @@ int Run(const WorkerFlags& f) {
     spdlog::error("{}", std::string(window_kv.status().message()));
     return fail(1);
   }
-  const model::KvLayout kv_layout{.share_window_layers = *window_kv,
+  const model::KvLayout kv_layout{.fp8 = f.kv_cache_dtype != "auto",
+                                  .share_window_layers = *window_kv,
                                   .first_layer = (*model)->first_layer()};
   const int64_t bytes_per_block = model::KvCache::BytesPerBlock(rank_config, f.block_size,
                                                                 backend.compute_dtype(), kv_layout);
@@ -500,11 +502,11 @@ int Run(const WorkerFlags& f) {
     return fail(1);
   }
   spdlog::info("model {} ({}): {} layers, vocab {}, context {}; rank {}/{}: KV {} blocks x {} "
-               "tokens ({:.1f} MiB), swap {} blocks{}",
+               "tokens ({:.1f} MiB{}), swap {} blocks{}",
                f.model_dir, config.model_type, config.num_layers, config.vocab_size,
                max_model_len, f.tp_rank, f.tp_size, *num_blocks, f.block_size,
-               *num_blocks * bytes_per_block / 1048576.0, *host_blocks,
-               *window_kv ? "; sliding-window layers keep their window's blocks" : "");
+               *num_blocks * bytes_per_block / 1048576.0, kv_layout.fp8 ? ", FP8 E4M3" : "",
+               *host_blocks, *window_kv ? "; sliding-window layers keep their window's blocks" : "");
 
   engine::EngineConfig ec;
   ec.scheduler.max_num_seqs = f.max_num_seqs;
@@ -670,6 +672,15 @@ int main(int argc, char** argv) {
                  "sliding-window layers keep only their window's KV blocks: on, off, or auto "
                  "(on when prefix caching is off and about half the layers slide, as in gpt-oss)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 "KV cache element type: auto (the compute dtype) or fp8 (= fp8_e4m3: E4M3 codes "
+                 "with a scale per token and kv head, made as the keys and values are written)")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto" || v == "fp8" || v == "fp8_e4m3") return "";
+        if (v == "fp8_e5m2") return "fp8_e5m2 is not supported; use fp8 (E4M3 with scales)";
+        return "must be auto, fp8 or fp8_e4m3, not '" + v + "'";
+      })
       ->capture_default_str();
   app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold)
       ->capture_default_str();

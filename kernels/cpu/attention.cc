@@ -1,26 +1,68 @@
-// CPU rotary embedding, paged KV writes and causal paged attention (GQA, sliding window, sinks).
+// CPU rotary embedding, paged KV writes and causal paged attention (GQA, sliding window, sinks;
+// f32 or FP8 KV pools).
 // Straightforward loops: one (query token, head) pair at a time, softmax in double.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/safetensors/float_convert.h"
 #include "common/status.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/fp8.h"
 #include "kernels/op_checks.h"
 
 namespace xserv::kernels::cpu {
 namespace {
 
+// f32 pools, or FP8 codes with their f32 (slot, kv head) scales.
 absl::Status CheckKv(const char* op, const KvLayer& kv) {
-  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, DType::kF32));
-  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, DType::kF32));
+  const DType dtype = kv.fp8() ? DType::kF8E4M3 : DType::kF32;
+  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, dtype));
+  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, dtype));
   RETURN_IF_ERROR(ExpectRank(op, "kv.k", kv.k, 4));
   RETURN_IF_ERROR(ExpectContiguous(op, "kv.k", kv.k));
   RETURN_IF_ERROR(ExpectContiguous(op, "kv.v", kv.v));
-  return ExpectSameShape(op, kv.k, kv.v);
+  RETURN_IF_ERROR(ExpectSameShape(op, kv.k, kv.v));
+  if (!kv.fp8()) return absl::OkStatus();
+  for (const Tensor* scales : {&kv.k_scale, &kv.v_scale}) {
+    RETURN_IF_ERROR(ExpectDType(op, "kv scales", *scales, DType::kF32));
+    RETURN_IF_ERROR(ExpectRank(op, "kv scales", *scales, 3));
+    RETURN_IF_ERROR(ExpectContiguous(op, "kv scales", *scales));
+    for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(ExpectDim(op, "kv scales", *scales, i, kv.k.dim(i)));
+  }
+  return absl::OkStatus();
+}
+
+// Writes one new row (every kv head of one token) into `slot` of a pool: f32 as is, FP8 as
+// codes and per-head scales.
+void WriteSlot(const float* row, int64_t slot, const Tensor& pool, const Tensor& scales,
+               int64_t kv_heads, int64_t dim) {
+  if (pool.dtype == DType::kF32) {
+    std::memcpy(pool.as<float>() + slot * kv_heads * dim, row, kv_heads * dim * sizeof(float));
+    return;
+  }
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    scales.as<float>()[slot * kv_heads + h] =
+        QuantizeFp8Group(std::span<const float>(row + h * dim, static_cast<size_t>(dim)),
+                         pool.as<uint8_t>() + (slot * kv_heads + h) * dim);
+  }
+}
+
+// The dim values of (slot, kv head) of a pool as floats: f32 read in place, FP8 decoded into
+// `scratch`.
+const float* ReadSlot(const Tensor& pool, const Tensor& scales, int64_t slot, int64_t kv_head,
+                      int64_t kv_heads, int64_t dim, std::vector<float>& scratch) {
+  const int64_t at = slot * kv_heads + kv_head;
+  if (pool.dtype == DType::kF32) return pool.as<float>() + at * dim;
+  scratch.resize(static_cast<size_t>(dim));
+  const uint8_t* codes = pool.as<uint8_t>() + at * dim;
+  const float scale = scales.as<float>()[at];
+  for (int64_t d = 0; d < dim; ++d) scratch[d] = safetensors::F8E4M3ToFloat(codes[d]) * scale;
+  return scratch.data();
 }
 
 }  // namespace
@@ -71,7 +113,7 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLayer
   RETURN_IF_ERROR(ExpectDType(kOp, "slot_mapping", slot_mapping, DType::kI32));
   RETURN_IF_ERROR(ExpectDim(kOp, "slot_mapping", slot_mapping, 0, k.dim(0)));
   const int64_t num_slots = kv.k.dim(0) * kv.k.dim(1);
-  const int64_t row = kv.k.dim(2) * kv.k.dim(3);  // floats per slot
+  const int64_t kv_heads = kv.k.dim(2), dim = kv.k.dim(3);
   const int32_t* slots = slot_mapping.as<int32_t>();
   for (int64_t t = 0; t < k.dim(0); ++t) {  // validate everything before writing anything
     if (slots[t] < 0 || slots[t] >= num_slots) {
@@ -79,10 +121,8 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLayer
     }
   }
   for (int64_t t = 0; t < k.dim(0); ++t) {
-    std::memcpy(kv.k.as<float>() + slots[t] * row, k.as<float>() + t * k.stride(0),
-                row * sizeof(float));
-    std::memcpy(kv.v.as<float>() + slots[t] * row, v.as<float>() + t * v.stride(0),
-                row * sizeof(float));
+    WriteSlot(k.as<float>() + t * k.stride(0), slots[t], kv.k, kv.k_scale, kv_heads, dim);
+    WriteSlot(v.as<float>() + t * v.stride(0), slots[t], kv.v, kv.v_scale, kv_heads, dim);
   }
   return absl::OkStatus();
 }
@@ -145,10 +185,10 @@ absl::Status CpuBackend::Attention(const Tensor& q, const KvLayer& kv, const Att
     }
   }
   const int64_t group = heads / kv_heads;
-  const int64_t slot_stride = kv_heads * dim;
 
   pool_.ParallelFor(static_cast<int64_t>(batch.num_seqs), 1, [&](int64_t s_begin, int64_t s_end) {
     std::vector<double> scores;
+    std::vector<float> scratch;  // one decoded FP8 row
     for (int64_t s = s_begin; s < s_end; ++s) {
       const int64_t q_len = qs[s + 1] - qs[s], kv_len = lens[s];
       const int32_t* table = tables + s * table_width;
@@ -164,8 +204,8 @@ absl::Status CpuBackend::Attention(const Tensor& q, const KvLayer& kv, const Att
           double max = sinks ? sinks[h] : -std::numeric_limits<double>::infinity();
           for (int64_t j = first; j <= pos; ++j) {
             const int32_t block = table[j / block_size];  // validated above
-            const float* kr = kv.k.as<float>() + (block * block_size + j % block_size) *
-                                                     slot_stride + kvh * dim;
+            const float* kr = ReadSlot(kv.k, kv.k_scale, block * block_size + j % block_size,
+                                       kvh, kv_heads, dim, scratch);
             double dot = 0;
             for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(qv[d]) * kr[d];
             scores[j - first] = dot * params.scale;
@@ -177,8 +217,8 @@ absl::Status CpuBackend::Attention(const Tensor& q, const KvLayer& kv, const Att
           std::vector<double> acc(dim, 0.0);
           for (int64_t j = first; j <= pos; ++j) {
             const int32_t block = table[j / block_size];
-            const float* vr = kv.v.as<float>() + (block * block_size + j % block_size) *
-                                                     slot_stride + kvh * dim;
+            const float* vr = ReadSlot(kv.v, kv.v_scale, block * block_size + j % block_size,
+                                       kvh, kv_heads, dim, scratch);
             const double p = scores[j - first] / denom;
             for (int64_t d = 0; d < dim; ++d) acc[d] += p * vr[d];
           }

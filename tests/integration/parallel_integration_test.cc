@@ -229,8 +229,57 @@ TEST(Parallel, GptOssWindowKvBlocksMatchFullTables) {
     const Run r = run(tp, pp, extra);
     EXPECT_TRUE(r.window_tables) << what;
     ExpectSameGreedy(base.out, r.out, "window blocks, " + what);
-    if (what.rfind("16-block pool", 0) == 0) EXPECT_GT(r.preemptions, 0) << what;
+    if (what.rfind("16-block pool", 0) == 0) {
+      EXPECT_GT(r.preemptions, 0) << what;
+    }
   }
+}
+
+// --kv-cache-dtype fp8 (E4M3 codes with a scale per token and kv head): the tokens of TP and PP
+// layouts, and of a pool small enough to preempt by swapping (codes and scales go to the host
+// and back), equal one FP8 rank's; gpt-oss covers sliding windows and sinks. E5M2 is refused.
+TEST(Parallel, Fp8KvCacheLayoutsMatchSingleRank) {
+  const std::string model = MakeTinyModel("gpt-oss", "gpt-oss", /*seed=*/3, /*num_layers=*/5);
+  if (model.empty()) GTEST_SKIP() << "gpt-oss tokenizer not fetched (scripts/fetch-assets.sh)";
+  constexpr int kTokens = 40;
+  const auto run = [&](int tp, int pp, std::vector<std::string> extra, double* preemptions) {
+    extra.insert(extra.begin(), {"--worker-arg=--kv-cache-dtype=fp8",
+                                 "--worker-arg=--enable-prefix-caching=false"});
+    Stack stack;
+    if (!stack.Start(model, tp, pp, extra)) {
+      ADD_FAILURE() << "tp=" << tp << " pp=" << pp << " did not start\n"
+                    << stack.supervisor().Log();
+      return std::vector<Completion>{};
+    }
+    std::vector<Completion> out = CompleteConcurrently(stack, kTokens);
+    for (int i = 0; preemptions != nullptr && i < 20 && *preemptions <= 0; ++i) {
+      *preemptions = stack.Metric("num_preemptions_total");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(stack.supervisor().Stop(SIGTERM, std::chrono::seconds(60)), 0)
+        << stack.supervisor().Log();
+    EXPECT_NE(stack.supervisor().Log().find("MiB, FP8 E4M3)"), std::string::npos)
+        << "the workers do not say their cache is FP8\n" << stack.supervisor().Log();
+    return out;
+  };
+  const std::vector<Completion> base = run(1, 1, {}, nullptr);
+  ASSERT_EQ(base.size(), Prompts().size());
+  ExpectSameGreedy(base, run(2, 1, {}, nullptr), "FP8 KV, tp=2");
+  ExpectSameGreedy(base, run(1, 2, {}, nullptr), "FP8 KV, pp=2");
+  double preemptions = -1;
+  ExpectSameGreedy(base,
+                   run(1, 1,
+                       {"--worker-arg=--num-kv-blocks=16", "--worker-arg=--swap-space-gb=0.01",
+                        "--worker-arg=--preemption-mode=swap"},
+                       &preemptions),
+                   "FP8 KV, 16-block pool, swap");
+  EXPECT_GT(preemptions, 0);
+
+  ChildProcess e5m2;
+  EXPECT_FALSE(e5m2.StartServer("xserv-worker", {"--model", model, "--kv-cache-dtype", "fp8_e5m2"},
+                                std::chrono::seconds(30)));
+  EXPECT_FALSE(e5m2.Running());
+  EXPECT_NE(e5m2.Log().find("fp8_e5m2 is not supported"), std::string::npos) << e5m2.Log();
 }
 
 // On, it needs what it cannot have: a clear refusal at start, not a silent fallback.

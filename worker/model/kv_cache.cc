@@ -38,8 +38,19 @@ int64_t KvCache::NumStorages(const ModelConfig& c, const KvLayout& layout) {
 
 int64_t KvCache::BytesPerBlock(const ModelConfig& c, int64_t block_size, kernels::DType dtype,
                                const KvLayout& layout) {
-  return 2 * NumStorages(c, layout) * block_size * c.num_kv_heads * c.head_dim *
-         static_cast<int64_t>(kernels::DTypeSize(dtype));
+  const int64_t per_head = layout.fp8 ? c.head_dim + static_cast<int64_t>(sizeof(float))
+                                      : c.head_dim * static_cast<int64_t>(kernels::DTypeSize(dtype));
+  return 2 * NumStorages(c, layout) * block_size * c.num_kv_heads * per_head;
+}
+
+absl::Status KvCache::AddPool(kernels::DType dtype, const std::vector<int64_t>& shape) {
+  ASSIGN_OR_RETURN(kernels::Buffer device, backend_->Allocate(dtype, shape));
+  Pool pool;
+  pool.block_bytes = device.view().nbytes() / static_cast<size_t>(shape[0]);
+  if (num_host_blocks_ > 0) pool.host.reset(new std::byte[pool.block_bytes * num_host_blocks_]);
+  pool.device = std::move(device);
+  pools_.push_back(std::move(pool));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const ModelConfig& c,
@@ -61,28 +72,33 @@ absl::StatusOr<KvCache> KvCache::Allocate(kernels::Backend& backend, const Model
   cache.num_blocks_ = num_blocks;
   cache.block_size_ = block_size;
   cache.num_host_blocks_ = std::max<int64_t>(0, num_host_blocks);
-  cache.block_bytes_ = static_cast<size_t>(block_size * c.num_kv_heads * c.head_dim) *
-                       kernels::DTypeSize(backend.compute_dtype());
+  const kernels::DType dtype = layout.fp8 ? kernels::DType::kF8E4M3 : backend.compute_dtype();
   const std::vector<int64_t> storage_of_layers = StorageOfLayers(c, layout);
   const int64_t storages = CountStorages(storage_of_layers);
+  const int tensors_per_storage = layout.fp8 ? 4 : 2;  // K, V (, their scales)
   for (int64_t l = 0; l < storages; ++l) {
-    ASSIGN_OR_RETURN(kernels::Buffer k, backend.Allocate(backend.compute_dtype(),
-                                                         {num_blocks, block_size, c.num_kv_heads,
-                                                          c.head_dim}));
-    ASSIGN_OR_RETURN(kernels::Buffer v, backend.Allocate(backend.compute_dtype(),
-                                                         {num_blocks, block_size, c.num_kv_heads,
-                                                          c.head_dim}));
-    cache.storages_.push_back({k.view(), v.view()});
-    cache.buffers_.push_back(std::move(k));
-    cache.buffers_.push_back(std::move(v));
-    if (cache.num_host_blocks_ > 0) {
+    for (int i = 0; i < 2; ++i) {
+      RETURN_IF_ERROR(cache.AddPool(dtype, {num_blocks, block_size, c.num_kv_heads, c.head_dim}));
+    }
+    if (layout.fp8) {
       for (int i = 0; i < 2; ++i) {
-        cache.host_.emplace_back(new std::byte[cache.block_bytes_ * cache.num_host_blocks_]);
+        RETURN_IF_ERROR(
+            cache.AddPool(kernels::DType::kF32, {num_blocks, block_size, c.num_kv_heads}));
       }
     }
   }
+  std::vector<kernels::KvLayer> storage_views;
+  for (int64_t l = 0; l < storages; ++l) {
+    const Pool* p = &cache.pools_[l * tensors_per_storage];
+    kernels::KvLayer view{.k = p[0].device.view(), .v = p[1].device.view()};
+    if (layout.fp8) {
+      view.k_scale = p[2].device.view();
+      view.v_scale = p[3].device.view();
+    }
+    storage_views.push_back(view);
+  }
   for (const int64_t storage : storage_of_layers) {
-    cache.layers_.push_back(cache.storages_[storage]);
+    cache.layers_.push_back(storage_views[storage]);
   }
   return cache;
 }
@@ -99,12 +115,9 @@ absl::Status KvCache::CheckPair(const BlockPair& pair, int64_t src_limit,
 absl::Status KvCache::SwapOut(std::span<const BlockPair> pairs) {
   for (const BlockPair& pair : pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_blocks_, num_host_blocks_));
-    for (size_t l = 0; l < storages_.size(); ++l) {
-      const kernels::KvLayer& layer = storages_[l];
-      RETURN_IF_ERROR(backend_->CopyToHost(layer.k.SliceRows(pair.first, pair.first + 1),
-                                           host_[2 * l].get() + pair.second * block_bytes_));
-      RETURN_IF_ERROR(backend_->CopyToHost(layer.v.SliceRows(pair.first, pair.first + 1),
-                                           host_[2 * l + 1].get() + pair.second * block_bytes_));
+    for (const Pool& pool : pools_) {
+      RETURN_IF_ERROR(backend_->CopyToHost(pool.device.view().SliceRows(pair.first, pair.first + 1),
+                                           pool.host.get() + pair.second * pool.block_bytes));
     }
   }
   return absl::OkStatus();
@@ -113,12 +126,10 @@ absl::Status KvCache::SwapOut(std::span<const BlockPair> pairs) {
 absl::Status KvCache::SwapIn(std::span<const BlockPair> pairs) {
   for (const BlockPair& pair : pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_host_blocks_, num_blocks_));
-    for (size_t l = 0; l < storages_.size(); ++l) {
-      const kernels::KvLayer& layer = storages_[l];
-      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l].get() + pair.first * block_bytes_,
-                                             layer.k.SliceRows(pair.second, pair.second + 1)));
-      RETURN_IF_ERROR(backend_->CopyFromHost(host_[2 * l + 1].get() + pair.first * block_bytes_,
-                                             layer.v.SliceRows(pair.second, pair.second + 1)));
+    for (const Pool& pool : pools_) {
+      RETURN_IF_ERROR(
+          backend_->CopyFromHost(pool.host.get() + pair.first * pool.block_bytes,
+                                 pool.device.view().SliceRows(pair.second, pair.second + 1)));
     }
   }
   return absl::OkStatus();
@@ -127,11 +138,10 @@ absl::Status KvCache::SwapIn(std::span<const BlockPair> pairs) {
 absl::Status KvCache::CopyBlocks(std::span<const BlockPair> pairs) {
   for (const BlockPair& pair : pairs) {
     RETURN_IF_ERROR(CheckPair(pair, num_blocks_, num_blocks_));
-    for (const kernels::KvLayer& layer : storages_) {
-      RETURN_IF_ERROR(backend_->Convert(layer.k.SliceRows(pair.first, pair.first + 1),
-                                        layer.k.SliceRows(pair.second, pair.second + 1)));
-      RETURN_IF_ERROR(backend_->Convert(layer.v.SliceRows(pair.first, pair.first + 1),
-                                        layer.v.SliceRows(pair.second, pair.second + 1)));
+    for (const Pool& pool : pools_) {
+      const kernels::Tensor t = pool.device.view();
+      RETURN_IF_ERROR(backend_->Convert(t.SliceRows(pair.first, pair.first + 1),
+                                        t.SliceRows(pair.second, pair.second + 1)));
     }
   }
   return absl::OkStatus();

@@ -1,5 +1,8 @@
 // WriteKv + paged Attention against a dense reference: each sequence's unpaged K/V, an explicit
 // causal / sliding-window mask, and the sink logit in the softmax denominator only (HF gpt-oss).
+// With an FP8 cache, WriteKv must store exactly the host quantiser's codes and scales
+// (kernels/fp8.h QuantizeFp8Group per token and kv head), and the reference attends over their
+// decoded values.
 //
 // Every case is one mixed step over shuffled physical blocks: fresh prefills, prefill chunks on
 // top of context, and single-token decodes (at and across block boundaries). Slots no sequence
@@ -11,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "common/safetensors/float_convert.h"
+#include "kernels/fp8.h"
 #include "tests/unit/kernels/backend_test_util.h"
 
 namespace xserv::kernels::testing {
@@ -32,6 +37,7 @@ struct AttentionCase {
   int head_dim;
   int window;
   bool sinks;
+  bool fp8 = false;  // an FP8 E4M3 cache with (slot, kv head) scales
 };
 
 constexpr int kKvHeads = 2;
@@ -40,17 +46,60 @@ constexpr float kGarbage = 1e3f;
 // A step's data on the host and the device.
 struct PagedStep {
   std::vector<std::vector<float>> k, v;  // per sequence: [len, kv_heads, head_dim]
+  // What the cache holds of them: k and v, or their FP8 codes and scales decoded.
+  std::vector<std::vector<float>> k_cached, v_cached;
   std::vector<int32_t> block_table;      // [num_seqs, width]
   int64_t width = 0;
   KvLayer kv;
   int64_t num_slots = 0;
-  std::vector<float> initial_k;  // the pool's garbage before any write
+  std::vector<float> initial_k;  // the pool's garbage before any write (f32 and bf16 caches)
+  std::vector<uint8_t> initial_k_codes;  // FP8 caches: codes and scales before any write
+  std::vector<float> initial_k_scales;
 };
+
+// The host quantiser's codes [len * kv_heads * head_dim] and scales [len * kv_heads] of rows of
+// kv_heads heads, and the values they decode to.
+struct Fp8Quantised {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<float> decoded;
+};
+Fp8Quantised QuantiseKv(const std::vector<float>& values, int64_t head_dim) {
+  Fp8Quantised q;
+  const int64_t heads = static_cast<int64_t>(values.size()) / head_dim;
+  q.codes.resize(values.size());
+  q.decoded.resize(values.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    const float scale = QuantizeFp8Group(
+        std::span(values).subspan(h * head_dim, head_dim), q.codes.data() + h * head_dim);
+    q.scales.push_back(scale);
+    for (int64_t d = 0; d < head_dim; ++d) {
+      q.decoded[h * head_dim + d] =
+          safetensors::F8E4M3ToFloat(q.codes[h * head_dim + d]) * scale;
+    }
+  }
+  return q;
+}
+
+template <typename T>
+std::vector<T> DownloadRaw(BackendOpTest& t, const Tensor& x) {
+  std::vector<T> out(x.nbytes() / sizeof(T));
+  EXPECT_TRUE(t.backend().CopyToHost(x, out.data()).ok());
+  return out;
+}
+
+template <typename T>
+Tensor UploadRaw(BackendOpTest& t, const std::vector<T>& host, DType dtype,
+                 std::initializer_list<int64_t> shape) {
+  Tensor x = t.Alloc(dtype, shape);
+  EXPECT_TRUE(t.backend().CopyFromHost(host.data(), x).ok());
+  return x;
+}
 
 // Allocates a garbage-filled pool, assigns shuffled physical blocks, and writes every context
 // token with one WriteKv call (the earlier steps).
 PagedStep PrepareContext(BackendOpTest& t, const std::vector<SeqSpec>& seqs, int block_size,
-                         int head_dim, std::mt19937& rng) {
+                         int head_dim, bool fp8, std::mt19937& rng) {
   PagedStep step;
   const int64_t row = kKvHeads * head_dim;
   int64_t total_blocks = 0;
@@ -84,14 +133,29 @@ PagedStep PrepareContext(BackendOpTest& t, const std::vector<SeqSpec>& seqs, int
   step.num_slots = num_blocks * block_size;
   std::vector<float> garbage_k = RandomFloats(step.num_slots * row, rng, -kGarbage, kGarbage);
   std::vector<float> garbage_v = RandomFloats(step.num_slots * row, rng, -kGarbage, kGarbage);
-  step.kv.k = t.Upload(garbage_k, {num_blocks, block_size, kKvHeads, head_dim});
-  step.kv.v = t.Upload(garbage_v, {num_blocks, block_size, kKvHeads, head_dim});
-  step.initial_k = std::move(garbage_k);
+  if (fp8) {
+    // Finite garbage (no NaN code) of magnitude up to 448 * 2.
+    std::vector<uint8_t> codes(step.num_slots * row);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>((rng() % 0x7F) | ((rng() % 2) << 7));
+    const std::vector<float> scales = RandomFloats(step.num_slots * kKvHeads, rng, 1.0f, 2.0f);
+    step.kv.k = UploadRaw(t, codes, DType::kF8E4M3, {num_blocks, block_size, kKvHeads, head_dim});
+    step.kv.v = UploadRaw(t, codes, DType::kF8E4M3, {num_blocks, block_size, kKvHeads, head_dim});
+    step.kv.k_scale = t.UploadF32(scales, {num_blocks, block_size, kKvHeads});
+    step.kv.v_scale = t.UploadF32(scales, {num_blocks, block_size, kKvHeads});
+    step.initial_k_codes = std::move(codes);
+    step.initial_k_scales = scales;
+  } else {
+    step.kv.k = t.Upload(garbage_k, {num_blocks, block_size, kKvHeads, head_dim});
+    step.kv.v = t.Upload(garbage_v, {num_blocks, block_size, kKvHeads, head_dim});
+    step.initial_k = std::move(garbage_k);
+  }
   // Make the host sequences hold exactly what the device will (compute-dtype rounding).
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int64_t len = seqs[s].context + seqs[s].new_tokens;
     t.Upload(step.k[s], {len, row});
     t.Upload(step.v[s], {len, row});
+    step.k_cached.push_back(fp8 ? QuantiseKv(step.k[s], head_dim).decoded : step.k[s]);
+    step.v_cached.push_back(fp8 ? QuantiseKv(step.v[s], head_dim).decoded : step.v[s]);
   }
   if (!slots_ctx.empty()) {
     k_ctx.clear(), v_ctx.clear();
@@ -132,10 +196,81 @@ void DenseAttention(const float* q, const std::vector<float>& k, const std::vect
   }
 }
 
+// The slot of token j of sequence s.
+int64_t SlotOf(const PagedStep& step, size_t s, int j, int block_size) {
+  return step.block_table[s * step.width + j / block_size] * block_size + j % block_size;
+}
+
+void ExpectPoolHolds(BackendOpTest& t, const PagedStep& step, const std::vector<SeqSpec>& seqs,
+                     const std::vector<int32_t>& seq_lens, const AttentionCase& c) {
+  const int64_t row = kKvHeads * c.head_dim;
+  const std::vector<float> pool_k = t.Download(step.kv.k), pool_v = t.Download(step.kv.v);
+  std::vector<bool> owned(step.num_slots, false);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int j = 0; j < seq_lens[s]; ++j) {
+      const int64_t slot = SlotOf(step, s, j, c.block_size);
+      owned[slot] = true;
+      ASSERT_TRUE(BitIdentical(std::span(pool_k).subspan(slot * row, row),
+                               std::span(step.k[s]).subspan(j * row, row)))
+          << "K of sequence " << s << " token " << j;
+      ASSERT_TRUE(BitIdentical(std::span(pool_v).subspan(slot * row, row),
+                               std::span(step.v[s]).subspan(j * row, row)))
+          << "V of sequence " << s << " token " << j;
+    }
+  }
+  for (int64_t slot = 0; slot < step.num_slots; ++slot) {
+    if (owned[slot]) continue;
+    ASSERT_TRUE(BitIdentical(std::span(pool_k).subspan(slot * row, row),
+                             std::span(step.initial_k).subspan(slot * row, row)))
+        << "slot " << slot << " belongs to no sequence but was written";
+  }
+}
+
+// FP8: each written (token, kv head) holds the host quantiser's codes and scale, bit for bit.
+void ExpectFp8PoolHolds(BackendOpTest& t, const PagedStep& step,
+                        const std::vector<SeqSpec>& seqs, const std::vector<int32_t>& seq_lens,
+                        const AttentionCase& c) {
+  const int64_t row = kKvHeads * c.head_dim;
+  const std::vector<uint8_t> codes_k = DownloadRaw<uint8_t>(t, step.kv.k);
+  const std::vector<uint8_t> codes_v = DownloadRaw<uint8_t>(t, step.kv.v);
+  const std::vector<float> scales_k = t.Download(step.kv.k_scale);
+  const std::vector<float> scales_v = t.Download(step.kv.v_scale);
+  std::vector<bool> owned(step.num_slots, false);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const Fp8Quantised qk = QuantiseKv(step.k[s], c.head_dim);
+    const Fp8Quantised qv = QuantiseKv(step.v[s], c.head_dim);
+    for (int j = 0; j < seq_lens[s]; ++j) {
+      const int64_t slot = SlotOf(step, s, j, c.block_size);
+      owned[slot] = true;
+      for (int64_t i = 0; i < row; ++i) {
+        ASSERT_EQ(codes_k[slot * row + i], qk.codes[j * row + i])
+            << "K code " << i << " of sequence " << s << " token " << j;
+        ASSERT_EQ(codes_v[slot * row + i], qv.codes[j * row + i])
+            << "V code " << i << " of sequence " << s << " token " << j;
+      }
+      ASSERT_TRUE(BitIdentical(std::span(scales_k).subspan(slot * kKvHeads, kKvHeads),
+                               std::span(qk.scales).subspan(j * kKvHeads, kKvHeads)))
+          << "K scales of sequence " << s << " token " << j;
+      ASSERT_TRUE(BitIdentical(std::span(scales_v).subspan(slot * kKvHeads, kKvHeads),
+                               std::span(qv.scales).subspan(j * kKvHeads, kKvHeads)))
+          << "V scales of sequence " << s << " token " << j;
+    }
+  }
+  for (int64_t slot = 0; slot < step.num_slots; ++slot) {
+    if (owned[slot]) continue;
+    ASSERT_TRUE(std::equal(codes_k.begin() + slot * row, codes_k.begin() + (slot + 1) * row,
+                           step.initial_k_codes.begin() + slot * row))
+        << "slot " << slot << " belongs to no sequence but its codes were written";
+    ASSERT_TRUE(BitIdentical(std::span(scales_k).subspan(slot * kKvHeads, kKvHeads),
+                             std::span(step.initial_k_scales).subspan(slot * kKvHeads, kKvHeads)))
+        << "slot " << slot << " belongs to no sequence but its scales were written";
+  }
+}
+
 void RunMixedStep(BackendOpTest& t, const AttentionCase& c, std::mt19937& rng) {
   const std::vector<SeqSpec>& seqs = kMixedBatch;
   const int64_t heads = kKvHeads * c.group, dim = c.head_dim, row = kKvHeads * dim;
-  PagedStep step = PrepareContext(t, seqs, c.block_size, c.head_dim, rng);
+  PagedStep step = PrepareContext(t, seqs, c.block_size, c.head_dim, c.fp8, rng);
 
   // This step: q, k, v as column slices of one fused projection (strided tokens).
   const int64_t fused_width = heads * dim + 2 * row;
@@ -172,27 +307,12 @@ void RunMixedStep(BackendOpTest& t, const AttentionCase& c, std::mt19937& rng) {
   ASSERT_TRUE(t.backend().WriteKv(k, v, step.kv, batch.slot_mapping).ok());
 
   // The pool now holds every token of every sequence at its slot; other slots are untouched.
-  const std::vector<float> pool_k = t.Download(step.kv.k), pool_v = t.Download(step.kv.v);
-  std::vector<bool> owned(step.num_slots, false);
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    for (int j = 0; j < seq_lens[s]; ++j) {
-      const int64_t slot = step.block_table[s * step.width + j / c.block_size] * c.block_size +
-                           j % c.block_size;
-      owned[slot] = true;
-      ASSERT_TRUE(BitIdentical(std::span(pool_k).subspan(slot * row, row),
-                               std::span(step.k[s]).subspan(j * row, row)))
-          << "K of sequence " << s << " token " << j;
-      ASSERT_TRUE(BitIdentical(std::span(pool_v).subspan(slot * row, row),
-                               std::span(step.v[s]).subspan(j * row, row)))
-          << "V of sequence " << s << " token " << j;
-    }
+  if (c.fp8) {
+    ExpectFp8PoolHolds(t, step, seqs, seq_lens, c);
+  } else {
+    ExpectPoolHolds(t, step, seqs, seq_lens, c);
   }
-  for (int64_t slot = 0; slot < step.num_slots; ++slot) {
-    if (owned[slot]) continue;
-    ASSERT_TRUE(BitIdentical(std::span(pool_k).subspan(slot * row, row),
-                             std::span(step.initial_k).subspan(slot * row, row)))
-        << "slot " << slot << " belongs to no sequence but was written";
-  }
+  if (::testing::Test::HasFatalFailure()) return;
 
   std::vector<float> sinks = RandomFloats(heads, rng, -3.0f, 3.0f);
   sinks[0] = 6.0f;  // one head whose sink takes most of the probability mass
@@ -209,7 +329,8 @@ void RunMixedStep(BackendOpTest& t, const AttentionCase& c, std::mt19937& rng) {
       const int64_t tok = query_start[s] + i, pos = seqs[s].context + i;
       const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
       for (int64_t h = 0; h < heads; ++h) {
-        DenseAttention(&fused[tok * fused_width + h * dim], step.k[s], step.v[s], h / c.group,
+        DenseAttention(&fused[tok * fused_width + h * dim], step.k_cached[s], step.v_cached[s],
+                       h / c.group,
                        dim, first, pos, params.scale, c.sinks ? &sinks[h] : nullptr,
                        &expected[(tok * heads + h) * dim], &magnitude[(tok * heads + h) * dim]);
       }
@@ -240,6 +361,59 @@ TEST_P(AttentionOpTest, PagedMixedBatchMatchesDenseReference) {
       }
     }
   }
+}
+
+// The FP8 cache over the same mixed steps: WriteKv stores the host quantiser's codes and scales,
+// Attention reads their decoded values (within the non-FP8 bounds of that reference).
+TEST_P(AttentionOpTest, Fp8CacheMixedBatchMatchesItsDecodedReference) {
+  std::mt19937 rng(52);
+  for (int block_size : {1, 16}) {
+    for (int group : {1, 4}) {
+      for (int head_dim : {64, 128}) {
+        for (int window : {0, 3}) {
+          const bool sinks = window > 0;
+          const AttentionCase c{block_size, group, head_dim, window, sinks, /*fp8=*/true};
+          SCOPED_TRACE(::testing::Message() << "FP8 cache, block_size " << block_size << " group "
+                                            << group << " head_dim " << head_dim << " window "
+                                            << window);
+          RunMixedStep(*this, c, rng);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// FP8 pools need both scale tensors, f32 [blocks, block_size, kv_heads].
+TEST_P(AttentionOpTest, Fp8CacheRejectsMissingOrMisshapenScales) {
+  std::vector<uint8_t> codes(4 * 4 * 1 * 8, 0x38);  // 1.0
+  std::vector<float> kv_new(2 * 8, 1.0f), q_values(2 * 2 * 8, 0.25f);
+  KvLayer kv{.k = UploadRaw(*this, codes, DType::kF8E4M3, {4, 4, 1, 8}),
+             .v = UploadRaw(*this, codes, DType::kF8E4M3, {4, 4, 1, 8}),
+             .k_scale = UploadF32(std::vector<float>(16, 1.0f), {4, 4, 1}),
+             .v_scale = UploadF32(std::vector<float>(16, 1.0f), {4, 4, 1})};
+  Tensor k = Upload(kv_new, {2, 1, 8}), v = Upload(kv_new, {2, 1, 8});
+  ASSERT_TRUE(backend().WriteKv(k, v, kv, UploadI32({0, 15}, {2})).ok());
+  const AttentionBatch batch{.query_start = UploadI32({0, 2}, {2}),
+                             .seq_lens = UploadI32({5}, {1}),
+                             .block_tables = UploadI32({2, 0}, {1, 2}),
+                             .slot_mapping = UploadI32({11, 0}, {2}),
+                             .num_seqs = 1,
+                             .max_query_len = 2,
+                             .max_seq_len = 5,
+                             .block_size = 4};
+  const Tensor q = Upload(q_values, {2, 2, 8});
+  ASSERT_TRUE(backend().Attention(q, kv, batch, {}, Poisoned({2, 2, 8})).ok());
+  KvLayer broken = kv;
+  broken.v_scale = Tensor{};
+  EXPECT_EQ(backend().WriteKv(k, v, broken, UploadI32({0, 15}, {2})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().Attention(q, broken, batch, {}, Poisoned({2, 2, 8})).code(),
+            absl::StatusCode::kInvalidArgument);
+  broken = kv;
+  broken.k_scale = UploadF32(std::vector<float>(8, 1.0f), {2, 4, 1});  // 2 blocks, not 4
+  EXPECT_EQ(backend().WriteKv(k, v, broken, UploadI32({0, 15}, {2})).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // A valid one-sequence step (3 context + 2 new tokens, block size 4) to break one field at a time.

@@ -1,4 +1,4 @@
-// KvCache's storage sharing (KvLayout::share_window_layers): the k-th sliding-window layer and the
+// KvCache's FP8 pools (KvLayout::fp8) and storage sharing (KvLayout::share_window_layers): the k-th sliding-window layer and the
 // k-th full layer use one K/V pair, counted from a pipeline stage's global first layer; a block
 // costs the pairs, not the layers; swap and copy-on-write move every pair, so a block keeps what
 // either kind of layer wrote into it.
@@ -105,6 +105,65 @@ TEST(KvCache, SharedLayersSeeOneTensorAndSwapKeepsEveryPair) {
   // A stage's layers past the model's layer types: refused, not read as full layers.
   EXPECT_FALSE(KvCache::Allocate(backend, c, 4, 2, 0, {.share_window_layers = true, .first_layer = 1})
                    .ok());
+}
+
+// FP8 (KvLayout::fp8): E4M3 code pools plus f32 scales per (slot, kv head); a block costs the
+// codes and the scales; swap and copy-on-write move both, shared pairs included.
+TEST(KvCache, Fp8PoolsKeepCodesAndScalesTogether) {
+  const ModelConfig c = Alternating(4);
+  const int64_t per_pair = 2 * 16 * 2 * (4 + 4);  // K and V, 16 tokens, 2 heads: 4 codes + scale
+  EXPECT_EQ(KvCache::BytesPerBlock(c, 16, DType::kBF16, {.fp8 = true}), 4 * per_pair);
+  EXPECT_EQ(KvCache::BytesPerBlock(c, 16, DType::kBF16, {.fp8 = true, .share_window_layers = true}),
+            2 * per_pair);
+
+  kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
+  auto kv = KvCache::Allocate(backend, c, /*num_blocks=*/4, /*block_size=*/2,
+                              /*num_host_blocks=*/2, {.fp8 = true, .share_window_layers = true});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  ASSERT_EQ(kv->layers().size(), 4u);
+  for (const kernels::KvLayer& layer : kv->layers()) {
+    EXPECT_TRUE(layer.fp8());
+    EXPECT_EQ(layer.v.dtype, DType::kF8E4M3);
+    EXPECT_EQ(layer.k_scale.dtype, DType::kF32);
+    EXPECT_EQ(layer.v_scale.Describe(), "F32[4, 2, 2]");
+  }
+  EXPECT_EQ(kv->layers()[0].k_scale.data, kv->layers()[1].k_scale.data);
+  EXPECT_NE(kv->layers()[0].v_scale.data, kv->layers()[2].v_scale.data);
+
+  // Distinct codes and scales in every tensor of both pairs.
+  const auto tensors_of = [](const kernels::KvLayer& l) {
+    return std::vector<kernels::Tensor>{l.k, l.v, l.k_scale, l.v_scale};
+  };
+  for (int pair = 0; pair < 2; ++pair) {
+    const std::vector<kernels::Tensor> tensors = tensors_of(kv->layers()[2 * pair]);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      std::vector<uint8_t> bytes(tensors[i].nbytes());
+      std::iota(bytes.begin(), bytes.end(), static_cast<uint8_t>(37 * (4 * pair + i) + 1));
+      ASSERT_TRUE(backend.CopyFromHost(bytes.data(), tensors[i]).ok());
+    }
+  }
+  const auto block_of = [&](const kernels::Tensor& t, int64_t block) {
+    const kernels::Tensor rows = t.SliceRows(block, block + 1);
+    std::vector<uint8_t> out(rows.nbytes());
+    EXPECT_TRUE(backend.CopyToHost(rows, out.data()).ok());
+    return out;
+  };
+  std::vector<std::vector<uint8_t>> before;
+  for (const kernels::KvLayer& layer : kv->layers()) {
+    for (const kernels::Tensor& t : tensors_of(layer)) before.push_back(block_of(t, 1));
+  }
+  ASSERT_TRUE(kv->SwapOut(std::vector<KvCache::BlockPair>{{1, 0}}).ok());
+  ASSERT_TRUE(kv->SwapIn(std::vector<KvCache::BlockPair>{{0, 3}}).ok());
+  ASSERT_TRUE(kv->CopyBlocks(std::vector<KvCache::BlockPair>{{3, 2}}).ok());
+  for (size_t l = 0; l < kv->layers().size(); ++l) {
+    const std::vector<kernels::Tensor> tensors = tensors_of(kv->layers()[l]);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      for (int64_t block : {3, 2}) {
+        EXPECT_EQ(block_of(tensors[i], block), before[4 * l + i])
+            << "layer " << l << " tensor " << i << " block " << block;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -78,13 +78,14 @@ class Harness {
   // `options` may name a tensor-parallel rank; its KV cache then holds the rank's KV heads. The
   // shuffled block order is the same on every rank, as an engine's would be.
   Harness(const std::string& dir, const ModelLoadOptions& options, int num_threads,
-          int64_t num_blocks = 64, int64_t block_size = 16)
+          int64_t num_blocks = 64, int64_t block_size = 16, const KvLayout& kv_layout = {})
       : backend_(kernels::cpu::CpuBackendOptions{.num_threads = num_threads}) {
     auto model = LoadModel(dir, backend_, options);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
     model_ = std::move(*model);
-    auto kv = KvCache::Allocate(backend_, model_->rank_config(), num_blocks, block_size);
+    auto kv = KvCache::Allocate(backend_, model_->rank_config(), num_blocks, block_size,
+                                /*num_host_blocks=*/0, kv_layout);
     EXPECT_TRUE(kv.ok()) << kv.status();
     kv_ = std::make_unique<KvCache>(std::move(*kv));
     auto builder = BatchBuilder::Create(
