@@ -17,8 +17,11 @@
 // key at a time per warp and was latency-bound).
 // The row's sequence comes from a binary search of query_start; its position is
 // pos = seq_len - q_len + (t - query_start[s]), keys [first, pos] with first = pos - window + 1.
+// An FP8 cache (kFp8) is read as codes, 16 per 16-byte load: a key's dot product is taken over
+// its codes and multiplied by the key's scale; value codes are decoded times their scale.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -124,6 +127,36 @@ __device__ __forceinline__ float Dot(const float* q, const bf16* k, int head_dim
   return dot;
 }
 
+// Dot of the scaled query with one FP8 key row's codes (the caller applies the row's scale). kDim
+// > 0: a multiple of 16 known at compile time, the row 16-byte aligned.
+template <int kDim>
+__device__ __forceinline__ float DotFp8(const float* q, const uint8_t* k, int head_dim) {
+  float dot = 0.0f;
+  if constexpr (kDim > 0) {
+    static_assert(kDim % 16 == 0);
+    uint4 raw[kDim / 16];
+#pragma unroll
+    for (int i = 0; i < kDim / 16; ++i) raw[i] = reinterpret_cast<const uint4*>(k)[i];
+    const float4* q4 = reinterpret_cast<const float4*>(q);
+#pragma unroll
+    for (int i = 0; i < kDim / 16; ++i) {
+      const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw[i]);  // 8 pairs, 16 dims
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const float4 qa = q4[4 * i + p];
+        const float2 f0 = Fp8Pair(pairs[2 * p]), f1 = Fp8Pair(pairs[2 * p + 1]);
+        dot += qa.x * f0.x;
+        dot += qa.y * f0.y;
+        dot += qa.z * f1.x;
+        dot += qa.w * f1.y;
+      }
+    }
+  } else {
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * Fp8Value(k[d]);
+  }
+  return dot;
+}
+
 // A lane's kChunks consecutive dims of one value row (zeros past head_dim).
 template <int kChunks, bool kExact>
 __device__ __forceinline__ void LoadDims(const bf16* v, int d0, int head_dim, float* out) {
@@ -141,10 +174,59 @@ __device__ __forceinline__ void LoadDims(const bf16* v, int d0, int head_dim, fl
   }
 }
 
-// The warp's query head over keys [lo, hi] (one split clipped to the row's range).
+// LoadDims of an FP8 value row: codes times the row's scale. kExact: the row 16-byte aligned.
 template <int kChunks, bool kExact>
+__device__ __forceinline__ void LoadDimsFp8(const uint8_t* v, int d0, int head_dim, float scale,
+                                            float* out) {
+  if constexpr (kExact && kChunks >= 2) {
+    alignas(8) uint16_t pairs[kChunks / 2];  // kChunks codes, kChunks-aligned (d0 = lane * kChunks)
+    if constexpr (kChunks == 8) {
+      *reinterpret_cast<uint2*>(pairs) = *reinterpret_cast<const uint2*>(v + d0);
+    } else if constexpr (kChunks == 4) {
+      *reinterpret_cast<uint32_t*>(pairs) = *reinterpret_cast<const uint32_t*>(v + d0);
+    } else {
+      pairs[0] = *reinterpret_cast<const uint16_t*>(v + d0);
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks / 2; ++c) {
+      const float2 f = Fp8Pair(pairs[c]);
+      out[2 * c] = f.x * scale;
+      out[2 * c + 1] = f.y * scale;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      out[c] = d0 + c < head_dim ? Fp8Value(v[d0 + c]) * scale : 0.0f;
+    }
+  }
+}
+
+// One kv head's view of the cache: its rows' first elements (bf16, or FP8 codes), and with FP8
+// its scales (row r's at scale[r * kv_heads]).
+struct KvHeadRows {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+};
+
+template <bool kFp8>
+__device__ __forceinline__ KvHeadRows KvHeadRowsOf(const PagedAttentionArgs& a, int kv_head) {
+  const int64_t offset = static_cast<int64_t>(kv_head) * a.head_dim;
+  if constexpr (kFp8) {
+    return {static_cast<const uint8_t*>(a.k_cache) + offset,
+            static_cast<const uint8_t*>(a.v_cache) + offset, a.k_scale + kv_head,
+            a.v_scale + kv_head};
+  } else {
+    return {static_cast<const bf16*>(a.k_cache) + offset,
+            static_cast<const bf16*>(a.v_cache) + offset, nullptr, nullptr};
+  }
+}
+
+// The warp's query head over keys [lo, hi] (one split clipped to the row's range).
+template <int kChunks, bool kExact, bool kFp8>
 __device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, const float* q,
-                                const bf16* k_cache, const bf16* v_cache, int lo, int hi) {
+                                const KvHeadRows& kv, int lo, int hi) {
   const int lane = threadIdx.x % kWarpSize;
   const int32_t* table = a.block_tables + row.s * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * a.head_dim;
@@ -162,9 +244,17 @@ __device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, con
         slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
       }
     }
-    const float score =
-        slot >= 0 ? Dot<kExact ? kChunks * kWarpSize : 0>(q, k_cache + slot * slot_elems, a.head_dim)
-                  : -INFINITY;
+    float score = -INFINITY;
+    if (slot >= 0) {
+      constexpr int kDim = kExact ? kChunks * kWarpSize : 0;
+      if constexpr (kFp8) {
+        score = DotFp8<kDim>(q, static_cast<const uint8_t*>(kv.k) + slot * slot_elems,
+                             a.head_dim) *
+                kv.k_scale[slot * a.kv_heads];
+      } else {
+        score = Dot<kDim>(q, static_cast<const bf16*>(kv.k) + slot * slot_elems, a.head_dim);
+      }
+    }
     const float m_new = fmaxf(st.m, WarpMax(score));
     if (m_new == -INFINITY) continue;  // nothing valid yet (uniform across the warp)
     const float p = slot >= 0 ? expf(score - m_new) : 0.0f;
@@ -182,8 +272,12 @@ __device__ State<kChunks> Split(const PagedAttentionArgs& a, const Row& row, con
       for (int u = 0; u < kUnroll; ++u) {
         p_u[u] = __shfl_sync(kFullMask, p, i0 + u);
         const int64_t si = __shfl_sync(kFullMask, slot, i0 + u);
-        if (si >= 0) {
-          LoadDims<kChunks, kExact>(v_cache + si * slot_elems, d0, a.head_dim, v_u[u]);
+        if (si >= 0 && kFp8) {
+          LoadDimsFp8<kChunks, kExact>(static_cast<const uint8_t*>(kv.v) + si * slot_elems, d0,
+                                       a.head_dim, kv.v_scale[si * a.kv_heads], v_u[u]);
+        } else if (si >= 0) {
+          LoadDims<kChunks, kExact>(static_cast<const bf16*>(kv.v) + si * slot_elems, d0,
+                                    a.head_dim, v_u[u]);
         } else {
 #pragma unroll
           for (int c = 0; c < kChunks; ++c) v_u[u][c] = 0.0f;
@@ -226,7 +320,7 @@ __device__ __forceinline__ float* PartialOf(const PagedAttentionArgs& a, int t, 
   return a.partials + ((static_cast<int64_t>(t) * a.heads + h) * a.num_splits + z) * record;
 }
 
-template <int kChunks, bool kExact>
+template <int kChunks, bool kExact, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   __shared__ __align__(16) float s_q[kWarps][kChunks * kWarpSize];
@@ -236,9 +330,7 @@ __global__ void __launch_bounds__(kThreads)
   if (h >= a.heads) return;  // whole warps; no CTA barrier below
   const Row row = RowOf(a, t);
   if (row.flash || row.decode) return;
-  const int kv_head = h / (a.heads / a.kv_heads);
-  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * a.head_dim;
-  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * a.head_dim;
+  const KvHeadRows kv = KvHeadRowsOf<kFp8>(a, h / (a.heads / a.kv_heads));
   const bf16* q = static_cast<const bf16*>(a.q) + t * a.q_token_stride +
                   static_cast<int64_t>(h) * a.head_dim;
   float* q_s = s_q[warp];
@@ -251,8 +343,8 @@ __global__ void __launch_bounds__(kThreads)
     const int z = blockIdx.z;
     if (z < first_split || z > last_split) return;
     const State<kChunks> st =
-        Split<kChunks, kExact>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
-                       min(row.pos, z * kSplitKeys + kSplitKeys - 1));
+        Split<kChunks, kExact, kFp8>(a, row, q_s, kv, max(row.first, z * kSplitKeys),
+                                     min(row.pos, z * kSplitKeys + kSplitKeys - 1));
     float* rec = PartialOf(a, t, h, z);
     if (lane == 0) rec[0] = st.m, rec[1] = st.l;
 #pragma unroll
@@ -265,8 +357,8 @@ __global__ void __launch_bounds__(kThreads)
   State<kChunks> st;
   for (int z = first_split; z <= last_split; ++z) {
     const State<kChunks> part =
-        Split<kChunks, kExact>(a, row, q_s, k_cache, v_cache, max(row.first, z * kSplitKeys),
-                       min(row.pos, z * kSplitKeys + kSplitKeys - 1));
+        Split<kChunks, kExact, kFp8>(a, row, q_s, kv, max(row.first, z * kSplitKeys),
+                                     min(row.pos, z * kSplitKeys + kSplitKeys - 1));
     if (z == first_split) {
       st = part;
     } else {
@@ -319,10 +411,15 @@ cudaError_t Launch(const PagedAttentionArgs& a, cudaStream_t stream) {
   const bool split_grid = a.partials != nullptr;
   const dim3 grid(static_cast<unsigned>(a.tokens), head_groups,
                   split_grid ? static_cast<unsigned>(a.num_splits) : 1u);
-  if (exact) {
-    PagedAttentionKernel<kChunks, true><<<grid, kThreads, 0, stream>>>(a);
+  const bool fp8 = a.k_scale != nullptr;
+  if (exact && fp8) {
+    PagedAttentionKernel<kChunks, true, true><<<grid, kThreads, 0, stream>>>(a);
+  } else if (exact) {
+    PagedAttentionKernel<kChunks, true, false><<<grid, kThreads, 0, stream>>>(a);
+  } else if (fp8) {
+    PagedAttentionKernel<kChunks, false, true><<<grid, kThreads, 0, stream>>>(a);
   } else {
-    PagedAttentionKernel<kChunks, false><<<grid, kThreads, 0, stream>>>(a);
+    PagedAttentionKernel<kChunks, false, false><<<grid, kThreads, 0, stream>>>(a);
   }
   if (split_grid) {
     const dim3 merge_grid(static_cast<unsigned>(a.tokens), head_groups);
@@ -336,6 +433,7 @@ cudaError_t Launch(const PagedAttentionArgs& a, cudaStream_t stream) {
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream) {
   if (args.tokens == 0 || args.heads == 0) return cudaSuccess;
   if (args.partials != nullptr && args.num_splits < 1) return cudaErrorInvalidValue;
+  if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
   // Closed dispatch set over dims per lane; head_dim <= 32 * kChunks.
   if (args.head_dim <= 32) return Launch<1>(args, stream);
   if (args.head_dim <= 64) return Launch<2>(args, stream);

@@ -23,8 +23,13 @@ struct PagedAttentionArgs {
   int64_t q_token_stride = 0;
   void* out = nullptr;        // bf16 [tokens, heads, head_dim], heads packed
   int64_t out_token_stride = 0;
-  const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, kv_heads, head_dim]
+  const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, kv_heads, head_dim]; FP8: codes
   const void* v_cache = nullptr;
+  // FP8 cache (kernels::KvLayer): f32 [num_blocks * block_size, kv_heads], set together; null:
+  // bf16. Only LaunchPagedAttention reads FP8 caches (the host leaves the flash and decode
+  // kernels off for them).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;      // [num_seqs]
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]

@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/fp8_quant.h"
 
 namespace xserv::kernels::cuda {
@@ -33,13 +34,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = WarpMax(amax);
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float scale = Fp8ScaleOf(amax);
   uint32_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const uint32_t code = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
-    packed |= code << (8 * i);
-  }
+  for (int i = 0; i < kPerLane; ++i) packed |= uint32_t{Fp8CodeOf(v[i], scale)} << (8 * i);
   *reinterpret_cast<uint32_t*>(codes + m * groups * kGroup + g * kGroup + lane * kPerLane) =
       packed;
   if (lane == 0) scales[g * scale_stride + m] = scale;

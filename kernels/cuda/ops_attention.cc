@@ -16,17 +16,37 @@
 namespace xserv::kernels::cuda {
 namespace {
 
+// bf16 pools, or FP8 codes with their f32 (slot, kv head) scales.
 absl::Status CheckKv(const char* op, const KvLayer& kv) {
+  const DType dtype = kv.fp8() ? DType::kF8E4M3 : DType::kBF16;
   RETURN_IF_ERROR(ExpectCuda(op, "kv.k", kv.k));
   RETURN_IF_ERROR(ExpectCuda(op, "kv.v", kv.v));
-  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, DType::kBF16));
-  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, DType::kBF16));
+  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, dtype));
+  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, dtype));
   RETURN_IF_ERROR(ExpectRank(op, "kv.k", kv.k, 4));
   RETURN_IF_ERROR(ExpectContiguous(op, "kv.k", kv.k));
   RETURN_IF_ERROR(ExpectContiguous(op, "kv.v", kv.v));
   RETURN_IF_ERROR(ExpectSameShape(op, kv.k, kv.v));
+  if (kv.fp8()) {
+    if (kv.k.dim(3) > kMaxHeadDim) {
+      return OpError(op, absl::StrCat("FP8 cache: head_dim ", kv.k.dim(3), " above ", kMaxHeadDim));
+    }
+    for (const Tensor* scales : {&kv.k_scale, &kv.v_scale}) {
+      RETURN_IF_ERROR(ExpectCuda(op, "kv scales", *scales));
+      RETURN_IF_ERROR(ExpectDType(op, "kv scales", *scales, DType::kF32));
+      RETURN_IF_ERROR(ExpectRank(op, "kv scales", *scales, 3));
+      RETURN_IF_ERROR(ExpectContiguous(op, "kv scales", *scales));
+      for (int i = 0; i < 3; ++i) {
+        RETURN_IF_ERROR(ExpectDim(op, "kv scales", *scales, i, kv.k.dim(i)));
+      }
+    }
+  }
   return ExpectIntRange(op, "num_blocks", kv.k.dim(0));
 }
+
+// The scale pointers of an FP8 cache (null for bf16): what the kernels tell the formats apart by.
+float* KScales(const KvLayer& kv) { return kv.fp8() ? kv.k_scale.as<float>() : nullptr; }
+float* VScales(const KvLayer& kv) { return kv.fp8() ? kv.v_scale.as<float>() : nullptr; }
 
 absl::Status CheckI32Vector(const char* op, const char* name, const Tensor& t, int64_t size) {
   RETURN_IF_ERROR(ExpectCuda(op, name, t));
@@ -88,7 +108,11 @@ absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLaye
                          .slots = slot_mapping.as<int32_t>(),
                          .k_cache = kv.k.data,
                          .v_cache = kv.v.data,
-                         .num_slots = kv.k.dim(0) * kv.k.dim(1)};
+                         .num_slots = kv.k.dim(0) * kv.k.dim(1),
+                         .k_scale = KScales(kv),
+                         .v_scale = VScales(kv),
+                         .kv_heads = static_cast<int>(kv.k.dim(2)),
+                         .head_dim = static_cast<int>(kv.k.dim(3))};
   return Launched(kOp, LaunchWriteKv(args, stream_));
 }
 
@@ -167,6 +191,8 @@ absl::Status CudaBackend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, co
       .k_cache = kv.k.data,
       .v_cache = kv.v.data,
       .num_slots = num_slots,
+      .k_scale = KScales(kv),
+      .v_scale = VScales(kv),
       .pdl = options_.pdl_decode_kernels};
   return Launched(kOp, LaunchQkNormRopeWriteKv(args, stream_));
 }
@@ -228,6 +254,8 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                 .out_token_stride = out.stride(0),
                                 .k_cache = kv.k.data,
                                 .v_cache = kv.v.data,
+                                .k_scale = KScales(kv),
+                                .v_scale = VScales(kv),
                                 .query_start = batch.query_start.as<int32_t>(),
                                 .seq_lens = batch.seq_lens.as<int32_t>(),
                                 .block_tables = batch.block_tables.as<int32_t>(),
@@ -249,12 +277,13 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   const auto aligned = [](const Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0;
   };
-  const bool flash = options_.flash_prefill && !options_.batch_invariant &&
+  // FP8 caches: the CUDA-core kernel only, for now (attention.h).
+  const bool flash = options_.flash_prefill && !options_.batch_invariant && !kv.fp8() &&
                      FlashPrefillSupports(static_cast<int>(head_dim)) && aligned(q) &&
                      aligned(out) && (batch.max_query_len == 0 ||
                                       batch.max_query_len >= kFlashMinQueryLen);
   if (flash) args.flash_min_query_len = kFlashMinQueryLen;
-  const bool decode = options_.decode_attention && !options_.batch_invariant &&
+  const bool decode = options_.decode_attention && !options_.batch_invariant && !kv.fp8() &&
                       DecodeAttentionSupports(static_cast<int>(head_dim), static_cast<int>(heads),
                                               static_cast<int>(kv_heads)) &&
                       aligned(q) && aligned(out) && batch.num_seqs > 0;

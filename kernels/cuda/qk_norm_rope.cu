@@ -9,8 +9,10 @@
 // unfused RmsNorm's short-row kernel does (norm.cu), with the same sum order and roundings:
 // bf16 after the norm, bf16 after the rotation (rope.cu's arithmetic), so the result is
 // bit-identical to the separate ops. head_dim % 64 == 0 puts both columns of a rotation pair
-// (i, i + head_dim / 2) in the same lane.
+// (i, i + head_dim / 2) in the same lane. An FP8 cache gets codes and scales from the warp of
+// each k head, which also quantises the v head of the same index (as WriteKv's FP8 kernel).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/qk_norm_rope.h"
 
@@ -31,6 +33,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int32_t slot = a.slots[t];
   const bool cached = slot >= 0 && slot < a.num_slots;
+  const bool fp8 = a.k_scale != nullptr;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
   const float* cs = nullptr;
   bool valid_pos = true;
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(kThreads)
         v[j + kHalfLanes] = ToFloat(FromFloat<bf16>(r.y));
       }
     }
-    bf16* kc = !is_q && cached
+    bf16* kc = !is_q && cached && !fp8
                    ? static_cast<bf16*>(a.k_cache) + slot * slot_elems + head * kDim
                    : nullptr;
 #pragma unroll
@@ -82,8 +85,18 @@ __global__ void __launch_bounds__(kThreads)
       x[lane + kWarpSize * j] = out;
       if (kc != nullptr) kc[lane + kWarpSize * j] = out;
     }
+    if (!is_q && cached && fp8) {
+      // v[] holds bf16 values (every stage above rounds): the k head as stored in x.
+      const int64_t at = static_cast<int64_t>(slot) * a.kv_heads + head;
+      StoreFp8Head(v, kDim, static_cast<uint8_t*>(a.k_cache) + at * kDim, a.k_scale + at);
+      const bf16* vt = static_cast<const bf16*>(a.v) + t * a.v_token_stride + head * kDim;
+      float values[kPerLane];
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) values[j] = ToFloat(vt[lane + kWarpSize * j]);
+      StoreFp8Head(values, kDim, static_cast<uint8_t*>(a.v_cache) + at * kDim, a.v_scale + at);
+    }
   }
-  if (!cached) return;
+  if (!cached || fp8) return;
   const bf16* vt = static_cast<const bf16*>(a.v) + t * a.v_token_stride;
   bf16* vc = static_cast<bf16*>(a.v_cache) + slot * slot_elems;
   for (int64_t i = int64_t{blockIdx.y} * kThreads + threadIdx.x; i < slot_elems;

@@ -26,9 +26,11 @@ struct QkNormRopeArgs {
   const float* cos_sin = nullptr;      // f32 [max_positions, head_dim]; null: no rotation
   int64_t max_positions = 0;           // positions outside [0, max) poison q and k with NaN
   const int32_t* slots = nullptr;      // [tokens]; outside [0, num_slots): not cached
-  void* k_cache = nullptr;             // bf16 [num_slots, kv_heads * head_dim]
+  void* k_cache = nullptr;             // bf16 [num_slots, kv_heads * head_dim]; FP8: E4M3 codes
   void* v_cache = nullptr;
   int64_t num_slots = 0;
+  float* k_scale = nullptr;  // FP8 cache (kernels::KvLayer): f32 [num_slots, kv_heads], with v_scale
+  float* v_scale = nullptr;
   bool pdl = false;  // launch with programmatic dependent launch (pdl.cuh)
 };
 

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/fp8.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace xserv::kernels::cuda::testing {
@@ -323,12 +324,44 @@ TEST_F(CudaVsCpuTest, AttentionBadBlockMakesTheRowsThatSeeItNaN) {
 namespace xserv::kernels::cuda::testing {
 namespace {
 
+// The inputs of the QkNormRopeWriteKv tests: random bf16 q, k, v of kTokens tokens, norm
+// weights, a rotary table, positions, and cache slots in kNumBlocks blocks of kBlock.
+class QkNormRopeTest : public CudaVsCpuTest {
+ protected:
+  static constexpr int64_t kTokens = 9, kBlock = 16, kNumBlocks = 3, kPositions = 64;
+  struct Inputs {
+    std::vector<float> q, k, v;
+    Twin q_norm, k_norm, cos_sin, positions, slots;
+    std::vector<int32_t> slot_ids;
+  };
+  Inputs MakeInputs(int64_t h, int64_t kvh, int64_t hd, std::mt19937& rng) {
+    Inputs in;
+    in.q = RandomBf16(kTokens * h * hd, rng, -2, 2);
+    in.k = RandomBf16(kTokens * kvh * hd, rng, -2, 2);
+    in.v = RandomBf16(kTokens * kvh * hd, rng, -2, 2);
+    in.q_norm = Upload(RandomBf16(hd, rng, 0.5f, 1.5f), {hd});
+    in.k_norm = Upload(RandomBf16(hd, rng, 0.5f, 1.5f), {hd});
+    std::vector<float> table(kPositions * hd);
+    for (float& x : table) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+    in.cos_sin = Upload(table, {kPositions, hd}, DType::kF32);
+    std::vector<int32_t> positions(kTokens);
+    in.slot_ids.resize(kTokens);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      positions[t] = static_cast<int32_t>((t * 7 + 3) % kPositions);
+      in.slot_ids[t] = static_cast<int32_t>((t * 5 + 2) % (kNumBlocks * kBlock));
+    }
+    in.positions = UploadI32(positions, {kTokens});
+    in.slots = UploadI32(in.slot_ids, {kTokens});
+    return in;
+  }
+};
+
 // The fused per-head norm + rotary + KV write against the separate CUDA ops it replaces (the
 // Backend default, called explicitly), bit for bit, and against the CPU backend: Qwen3-8B's heads
 // (norms and rotation), gpt-oss-20b's (rotation only, hd 64), norms only at hd 256, hd 192, and
 // hd 80, which the fused kernel does not take (the default path runs). Then the same values as
 // column slices of one [T, (H + 2 KVH) hd] projection (a stacked QKV): the same bits again.
-TEST_F(CudaVsCpuTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
+TEST_F(QkNormRopeTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
   struct Case {
     int heads, kv_heads, hd;
     bool norm, rope;
@@ -338,25 +371,14 @@ TEST_F(CudaVsCpuTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
                        Case{4, 2, 256, true, false}, Case{6, 3, 192, true, true},
                        Case{8, 8, 80, true, true}}) {
     SCOPED_TRACE(absl::StrCat("heads ", c.heads, "/", c.kv_heads, " hd ", c.hd));
-    const int64_t tokens = 9, block = 16, num_blocks = 3, positions_max = 64;
+    const int64_t tokens = kTokens, block = kBlock, num_blocks = kNumBlocks;
     const int64_t hd = c.hd, h = c.heads, kvh = c.kv_heads;
-    const std::vector<float> q_host = RandomBf16(tokens * h * hd, rng, -2, 2);
-    const std::vector<float> k_host = RandomBf16(tokens * kvh * hd, rng, -2, 2);
-    const std::vector<float> v_host = RandomBf16(tokens * kvh * hd, rng, -2, 2);
+    const Inputs in = MakeInputs(h, kvh, hd, rng);
+    const std::vector<float>&q_host = in.q, &k_host = in.k, &v_host = in.v;
     const std::vector<float> zeros(num_blocks * block * kvh * hd, 0.0f);
     const std::initializer_list<int64_t> pool{num_blocks, block, kvh, hd};
-    const Twin q_norm = Upload(RandomBf16(hd, rng, 0.5f, 1.5f), {hd});
-    const Twin k_norm = Upload(RandomBf16(hd, rng, 0.5f, 1.5f), {hd});
-    std::vector<float> table(positions_max * hd);
-    for (float& x : table) x = std::uniform_real_distribution<float>(-1, 1)(rng);
-    const Twin cos_sin = Upload(table, {positions_max, hd}, DType::kF32);
-    std::vector<int32_t> positions(tokens), slots(tokens);
-    for (int64_t t = 0; t < tokens; ++t) {
-      positions[t] = static_cast<int32_t>((t * 7 + 3) % positions_max);
-      slots[t] = static_cast<int32_t>((t * 5 + 2) % (num_blocks * block));
-    }
-    const Twin pos_t = UploadI32(positions, {tokens});
-    const Twin slots_t = UploadI32(slots, {tokens});
+    const Twin &q_norm = in.q_norm, &k_norm = in.k_norm, &cos_sin = in.cos_sin;
+    const Twin &pos_t = in.positions, &slots_t = in.slots;
     auto params = [&](bool dev) {
       QkNormRope p{.eps = 1e-6f};
       if (c.norm) {
@@ -441,6 +463,86 @@ TEST_F(CudaVsCpuTest, QkNormRopeWriteKvIsTheSeparateOpsFused) {
     }
     same_bits(k_cache.cuda, fused.k_cache.cuda);
     same_bits(v_cache.cuda, fused.v_cache.cuda);
+  }
+}
+
+// With an FP8 cache the fused kernel quantises k (after its norm and rotation) and v per (token,
+// kv head) as the separate ops' WriteKv does: the same codes and scales, bit for bit, and those
+// are the host quantiser's (kernels/fp8.h) of the bf16 k and v the kernel leaves.
+TEST_F(QkNormRopeTest, QkNormRopeWriteKvFp8CacheIsTheSeparateOpsFused) {
+  struct Case {
+    int heads, kv_heads, hd;
+  };
+  std::mt19937 rng(8);
+  auto fusing = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .check_each_op = true, .fuse_qk_norm_rope = true});
+  ASSERT_TRUE(fusing.ok()) << fusing.status();
+  for (const Case c : {Case{32, 8, 128}, Case{64, 8, 64}, Case{4, 2, 256}}) {
+    SCOPED_TRACE(absl::StrCat("heads ", c.heads, "/", c.kv_heads, " hd ", c.hd));
+    const int64_t tokens = kTokens, block = kBlock, num_blocks = kNumBlocks;
+    const int64_t hd = c.hd, h = c.heads, kvh = c.kv_heads;
+    const Inputs in = MakeInputs(h, kvh, hd, rng);
+    const std::vector<float>&q_host = in.q, &k_host = in.k, &v_host = in.v;
+    const Twin &q_norm = in.q_norm, &k_norm = in.k_norm, &cos_sin = in.cos_sin;
+    const Twin &pos_t = in.positions, &slots_t = in.slots;
+    const std::vector<int32_t>& slots = in.slot_ids;
+    const QkNormRope params{.q_norm = &q_norm.cuda, .k_norm = &k_norm.cuda, .eps = 1e-6f,
+                            .positions = &pos_t.cuda, .cos_sin = &cos_sin.cuda};
+    struct Run {
+      Twin q, k, v;
+      KvLayer cache;
+    };
+    auto make_run = [&] {
+      Run r{Upload(q_host, {tokens, h, hd}), Upload(k_host, {tokens, kvh, hd}),
+            Upload(v_host, {tokens, kvh, hd}),
+            KvLayer{.k = Keep(cuda().Allocate(DType::kF8E4M3, {num_blocks, block, kvh, hd})),
+                    .v = Keep(cuda().Allocate(DType::kF8E4M3, {num_blocks, block, kvh, hd})),
+                    .k_scale = Keep(cuda().Allocate(DType::kF32, {num_blocks, block, kvh})),
+                    .v_scale = Keep(cuda().Allocate(DType::kF32, {num_blocks, block, kvh}))}};
+      for (const Tensor* t : {&r.cache.k, &r.cache.v, &r.cache.k_scale, &r.cache.v_scale}) {
+        EXPECT_TRUE(cuda().Zero(*t).ok());
+      }
+      return r;
+    };
+    const Run fused = make_run(), separate = make_run();
+    ASSERT_TRUE(cuda().Synchronize().ok());
+    const absl::Status f = (*fusing)->QkNormRopeWriteKv(fused.q.cuda, fused.k.cuda, fused.v.cuda,
+                                                         params, fused.cache, slots_t.cuda);
+    ASSERT_TRUE(f.ok()) << f;
+    ASSERT_TRUE((*fusing)->Synchronize().ok());
+    const absl::Status s = cuda().Backend::QkNormRopeWriteKv(
+        separate.q.cuda, separate.k.cuda, separate.v.cuda, params, separate.cache, slots_t.cuda);
+    ASSERT_TRUE(s.ok()) << s;
+    const auto bytes = [&](const Tensor& t) {
+      std::vector<uint8_t> out(t.nbytes());
+      EXPECT_TRUE(cuda().CopyToHost(t, out.data()).ok());
+      return out;
+    };
+    EXPECT_EQ(bytes(fused.k.cuda), bytes(separate.k.cuda));
+    EXPECT_EQ(bytes(fused.cache.k), bytes(separate.cache.k));
+    EXPECT_EQ(bytes(fused.cache.v), bytes(separate.cache.v));
+    EXPECT_EQ(bytes(fused.cache.k_scale), bytes(separate.cache.k_scale));
+    EXPECT_EQ(bytes(fused.cache.v_scale), bytes(separate.cache.v_scale));
+    // The host quantiser of what was cached: the normed, rotated k and the untouched v.
+    const std::vector<float> k_after = DownloadCuda(fused.k.cuda);
+    const std::vector<uint8_t> codes_k = bytes(fused.cache.k), codes_v = bytes(fused.cache.v);
+    std::vector<float> scales_k(num_blocks * block * kvh), scales_v(scales_k.size());
+    ASSERT_TRUE(cuda().CopyToHost(fused.cache.k_scale, scales_k.data()).ok());
+    ASSERT_TRUE(cuda().CopyToHost(fused.cache.v_scale, scales_v.data()).ok());
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t head = 0; head < kvh; ++head) {
+        const int64_t at = slots[t] * kvh + head;
+        std::vector<uint8_t> want(hd);
+        const float k_scale = QuantizeFp8Group(
+            std::span(k_after).subspan((t * kvh + head) * hd, hd), want.data());
+        EXPECT_EQ(k_scale, scales_k[at]) << "token " << t << " head " << head;
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), codes_k.begin() + at * hd));
+        const float v_scale = QuantizeFp8Group(
+            std::span(v_host).subspan((t * kvh + head) * hd, hd), want.data());
+        EXPECT_EQ(v_scale, scales_v[at]) << "token " << t << " head " << head;
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), codes_v.begin() + at * hd));
+      }
+    }
   }
 }
 

@@ -69,6 +69,7 @@ struct BenchConfig {
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
+  bool fp8_kv_cache = false;   // E4M3 KV codes with (token, kv head) scales (KvLayout::fp8)
   xserv::worker::KernelChoices kernels;
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
@@ -343,6 +344,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"pdl", cfg.kernels.pdl},
         {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
         {"fp8_matmuls", cfg.fp8_matmuls},
+        {"kv_cache_dtype", cfg.fp8_kv_cache ? "fp8" : "auto"},
         {"flash_prefill", cfg.kernels.flash_prefill},
         {"decode_attention", cfg.kernels.decode_attention},
         {"fuse_qk_norm_rope", cfg.kernels.fuse_qk_norm_rope},
@@ -396,8 +398,9 @@ absl::Status Run(const BenchConfig& cfg) {
   }
   const int64_t blocks_per_seq =
       (cfg.prompt_len + cfg.gen_len + cfg.block_size - 1) / cfg.block_size;
-  ASSIGN_OR_RETURN(model::KvCache kv, model::KvCache::Allocate(backend, c, max_batch * blocks_per_seq,
-                                                               cfg.block_size));
+  ASSIGN_OR_RETURN(model::KvCache kv,
+                   model::KvCache::Allocate(backend, c, max_batch * blocks_per_seq, cfg.block_size,
+                                            /*num_host_blocks=*/0, {.fp8 = cfg.fp8_kv_cache}));
   ASSIGN_OR_RETURN(model::BatchBuilder builder,
                    model::BatchBuilder::Create(backend, {.max_tokens = max_tokens,
                                                          .max_seqs = max_batch,
@@ -468,13 +471,16 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed of the random prompts")->capture_default_str();
-  std::string quantization = "none";
+  std::string quantization = "none", kv_cache_dtype = "auto";
   app.add_option("--quantization", quantization, "none or fp8 (quantise on load, 128x128)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--fp8-matmuls", cfg.fp8_matmuls, "keep FP8 weights FP8 (W8A16 MatmulFp8)")
       ->capture_default_str();
   xserv::worker::AddKernelChoiceFlags(app, cfg.kernels);
+  app.add_option("--kv-cache-dtype", kv_cache_dtype, "auto (the compute dtype) or fp8")
+      ->check(CLI::IsMember({"auto", "fp8"}))
+      ->capture_default_str();
   app.add_option("--cuda-graphs", cfg.cuda_graphs,
                  "cuda: decode steps as CUDA graph replays (off with --profile-ops)")
       ->capture_default_str();
@@ -493,6 +499,7 @@ int main(int argc, char** argv) {
     return *exit_code;
   }
   cfg.quantize_fp8 = quantization == "fp8";
+  cfg.fp8_kv_cache = kv_cache_dtype == "fp8";
   for (absl::string_view part : absl::StrSplit(batches, ',', absl::SkipEmpty())) {
     int b = 0;
     if (!absl::SimpleAtoi(part, &b) || b < 1) {
