@@ -19,10 +19,15 @@
 // fp32 state; the result depends on P (the host picks it from the batch's size), so the
 // batch-invariant mode does not use this kernel. Bad block-table entries among a row's keys make
 // the row NaN, as in attention.cu.
+// FP8 cache (kFp8): the ring holds a tile's codes (half the bytes) and its 16 keys' scales; the
+// warp converts the codes to a bf16 K and V tile (exact: every E4M3 value is a bf16), then runs
+// the same MMAs, with each key's K scale applied to its scores and its V scale to its
+// probabilities before P V.
 #include <algorithm>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -38,16 +43,23 @@ constexpr int kTileKeys = 16;           // one k16 slice of P V
 constexpr int kStages = 3;              // a warp's tiles in flight
 constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fragment reads
 
-template <int kDim>
+// Shared memory: the Q tile, then each warp's ring of kStages stages (bf16: a K and a V tile;
+// FP8: their codes and the tile's K and V scales) and, FP8 only, the bf16 K and V tiles the
+// codes convert into.
+template <int kDim, bool kFp8 = false>
 struct Layout {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
   static constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
-  static constexpr int kWarpStages = 2 * kStages * kTile;
-  static constexpr int64_t kBytes = int64_t{kQ + kWarps * kWarpStages} * 2;
+  static constexpr int kCodeLd = kDim + 16;      // bytes of a code row (16-byte aligned rows)
+  static constexpr int kCodeTile = kTileKeys * kCodeLd;
+  static constexpr int kStageBytes = kFp8 ? 2 * kCodeTile + 2 * kTileKeys * 4 : 2 * kTile * 2;
+  static constexpr int kWarpBytes = kStages * kStageBytes + (kFp8 ? 2 * kTile * 2 : 0);
+  static constexpr int64_t kBytes = int64_t{kQ} * 2 + int64_t{kWarps} * kWarpBytes;
   static constexpr int kRecord = kDim + 2;  // f32 state of one row: m, l, acc[kDim]
-  // The warps' states reuse the stages once the key loop is over.
-  static_assert(kWarps * kRows * kRecord * 4 <= kWarps * kWarpStages * 2);
+  // The warps' states reuse the rings once the key loop is over.
+  static_assert(kWarps * kRows * kRecord * 4 <= kWarps * kWarpBytes);
+  static_assert(kStageBytes % 16 == 0 && kWarpBytes % 16 == 0 && (kQ * 2) % 16 == 0);
 };
 
 __device__ __forceinline__ float NaN() { return __int_as_float(0x7fc00000); }
@@ -137,16 +149,43 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
          ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
 }
 
+// An FP8 stage's K and V codes into the warp's bf16 tiles k_s and v_s (exact conversions).
 template <int kDim>
+__device__ __forceinline__ void ConvertFp8Tiles(const unsigned char* stage, bf16* k_s, bf16* v_s,
+                                                int lane) {
+  using L = Layout<kDim, true>;
+  constexpr int kCodeVecs = kDim / 16;  // 16-byte code vectors per row
+#pragma unroll
+  for (int i = lane; i < kTileKeys * kCodeVecs; i += kWarpSize) {
+    const int key = i / kCodeVecs, c = i % kCodeVecs;
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(stage + which * L::kCodeTile +
+                                                        key * L::kCodeLd + c * 16);
+      const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
+      uint32_t out[8];
+#pragma unroll
+      for (int p = 0; p < 8; ++p) {
+        const float2 f = Fp8Pair(pairs[p]);
+        out[p] = PackBf16x2(f.x, f.y);
+      }
+      uint4* dst = reinterpret_cast<uint4*>((which == 0 ? k_s : v_s) + key * L::kLd + c * 16);
+      dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+      dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    }
+  }
+}
+
+template <int kDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
-  using L = Layout<kDim>;
+  using L = Layout<kDim, kFp8>;
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
-  bf16* stages = q_s + L::kQ;
+  unsigned char* rings = smem_raw + L::kQ * 2;
   __shared__ uint32_t bad_keys[kWarps][kStages];  // bit j: key j of the stage's tile is bad
 
   const int s = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
@@ -192,16 +231,13 @@ __global__ void __launch_bounds__(kThreads)
   const int n_tiles = t_first + wg <= t_last ? (t_last - t_first - wg) / stride + 1 : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
-  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kvh * kDim;
-  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kvh * kDim;
-  bf16* ring = stages + warp * L::kWarpStages;  // [kStages][K tile, V tile]
+  unsigned char* ring = rings + warp * L::kWarpBytes;  // [kStages][stage] (+ FP8: bf16 K, V)
 
   // Tile n of this warp into stage n % kStages: lane j < 16 resolves key j's block, then every
   // lane issues its share of the 16-byte copies (zeros for keys outside the range or bad).
   const auto issue = [&](int n) {
     const int k0 = (t_first + wg + n * stride) * kTileKeys;
-    bf16* k_dst = ring + (n % kStages) * 2 * L::kTile;
-    bf16* v_dst = k_dst + L::kTile;
+    unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
     int block = -1;
     bool bad = false;
     if (lane < kTileKeys) {
@@ -214,16 +250,49 @@ __global__ void __launch_bounds__(kThreads)
     }
     const uint32_t bad_mask = __ballot_sync(kFullMask, bad);
     if (lane == 0) bad_keys[warp][n % kStages] = bad_mask;
+    if constexpr (kFp8) {
+      // Codes: 16 per copy; scales: lane j < 16 copies key j's pair.
+      const unsigned char* k_codes = static_cast<const unsigned char*>(a.k_cache) + kvh * kDim;
+      const unsigned char* v_codes = static_cast<const unsigned char*>(a.v_cache) + kvh * kDim;
+      constexpr int kCodeVecs = kDim / 16;
+      if (lane < kTileKeys) {
+        const int64_t at =
+            block >= 0
+                ? (static_cast<int64_t>(block) * a.block_size + (k0 + lane) % a.block_size) *
+                          a.kv_heads + kvh
+                : 0;
+        float* scales = reinterpret_cast<float*>(stage + 2 * L::kCodeTile);
+        CpAsync4(scales + lane, a.k_scale + at, block >= 0 ? 4 : 0);
+        CpAsync4(scales + kTileKeys + lane, a.v_scale + at, block >= 0 ? 4 : 0);
+      }
 #pragma unroll
-    for (int i = lane; i < kTileKeys * kVecs; i += kWarpSize) {
-      const int key = i / kVecs, c = i % kVecs;
-      const int b = __shfl_sync(kFullMask, block, key);
-      const int64_t off =
-          b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
-                           slot_elems + c * 8
-                 : 0;
-      CpAsync16(k_dst + key * kLd + c * 8, k_cache + off, b >= 0 ? 16 : 0);
-      CpAsync16(v_dst + key * kLd + c * 8, v_cache + off, b >= 0 ? 16 : 0);
+      for (int i = lane; i < kTileKeys * kCodeVecs; i += kWarpSize) {
+        const int key = i / kCodeVecs, c = i % kCodeVecs;
+        const int b = __shfl_sync(kFullMask, block, key);
+        const int64_t off =
+            b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
+                             slot_elems + c * 16
+                   : 0;
+        CpAsync16(stage + key * L::kCodeLd + c * 16, k_codes + off, b >= 0 ? 16 : 0);
+        CpAsync16(stage + L::kCodeTile + key * L::kCodeLd + c * 16, v_codes + off,
+                  b >= 0 ? 16 : 0);
+      }
+    } else {
+      const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kvh * kDim;
+      const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kvh * kDim;
+      bf16* k_dst = reinterpret_cast<bf16*>(stage);
+      bf16* v_dst = k_dst + L::kTile;
+#pragma unroll
+      for (int i = lane; i < kTileKeys * kVecs; i += kWarpSize) {
+        const int key = i / kVecs, c = i % kVecs;
+        const int b = __shfl_sync(kFullMask, block, key);
+        const int64_t off =
+            b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
+                             slot_elems + c * 8
+                   : 0;
+        CpAsync16(k_dst + key * kLd + c * 8, k_cache + off, b >= 0 ? 16 : 0);
+        CpAsync16(v_dst + key * kLd + c * 8, v_cache + off, b >= 0 ? 16 : 0);
+      }
     }
   };
 
@@ -240,8 +309,18 @@ __global__ void __launch_bounds__(kThreads)
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();  // tile n's group has landed
     __syncwarp();                // ... for every lane's copies
-    const bf16* k_s = ring + (n % kStages) * 2 * L::kTile;
+    const unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
+    const bf16* k_s = reinterpret_cast<const bf16*>(stage);
     const bf16* v_s = k_s + L::kTile;
+    const float* tile_scales = nullptr;  // FP8: the tile's 16 keys' K scales, then their V scales
+    if constexpr (kFp8) {
+      bf16* converted = reinterpret_cast<bf16*>(ring + kStages * L::kStageBytes);
+      ConvertFp8Tiles<kDim>(stage, converted, converted + L::kTile, lane);
+      __syncwarp();  // every lane's rows converted before the fragments read them
+      k_s = converted;
+      v_s = converted + L::kTile;
+      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kCodeTile);
+    }
     const uint32_t key_bad = bad_keys[warp][n % kStages];
     const int k0 = (t_first + wg + n * stride) * kTileKeys;
 
@@ -256,11 +335,19 @@ __global__ void __launch_bounds__(kThreads)
         const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
         const bool valid = key >= first[r] && key <= pos[r];
         bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
-        sc[nt][e] = valid ? sc[nt][e] * a.scale : -INFINITY;
+        const float scale = kFp8 ? a.scale * tile_scales[j] : a.scale;
+        sc[nt][e] = valid ? sc[nt][e] * scale : -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
       }
     }
     OnlineSoftmaxUpdate<2, kDim>(sc, tile_max, m, l, o);
+    if constexpr (kFp8) {  // the normaliser took the probabilities; P V takes them times V's scales
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] *= tile_scales[kTileKeys + nt * 8 + 2 * q4 + e % 2];
+      }
+    }
     AccumulatePV<2, kDim, kLd>(o, sc, v_s, lane);
     __syncwarp();  // the stage is read before a later issue overwrites it
   }
@@ -271,7 +358,7 @@ __global__ void __launch_bounds__(kThreads)
   // The warps' states, then their merge: thread (row tid / 8, dims (tid % 8) * kDim / 8 ...).
   __syncthreads();  // every warp is done with its ring
   constexpr int kRecord = L::kRecord;
-  float* states = reinterpret_cast<float*>(stages);  // [kWarps][kRows][kRecord]
+  float* states = reinterpret_cast<float*>(rings);  // [kWarps][kRows][kRecord]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float* rec = states + (warp * kRows + g + 8 * r) * kRecord;
@@ -312,16 +399,16 @@ __global__ void __launch_bounds__(kThreads)
   st.Finish(a, s, kvh, row, d0);
 }
 
-template <int kDim>
+template <int kDim, bool kFp8>
 cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr int64_t kSmem = Layout<kDim>::kBytes;
-  if (const cudaError_t err = AllowDynamicSharedMemory<DecodeAttentionKernel<kDim>>(kSmem);
+  constexpr int64_t kSmem = Layout<kDim, kFp8>::kBytes;
+  if (const cudaError_t err = AllowDynamicSharedMemory<DecodeAttentionKernel<kDim, kFp8>>(kSmem);
       err != cudaSuccess) {
     return err;
   }
   const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
-  if (const cudaError_t err = LaunchMaybePdl(DecodeAttentionKernel<kDim>, grid, kThreads,
+  if (const cudaError_t err = LaunchMaybePdl(DecodeAttentionKernel<kDim, kFp8>, grid, kThreads,
                                              static_cast<size_t>(kSmem), stream, a.pdl, a);
       err != cudaSuccess) {
     return err;
@@ -352,8 +439,12 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
       !DecodeAttentionSupports(args.head_dim, args.heads, args.kv_heads)) {
     return cudaErrorInvalidValue;
   }
-  if (args.head_dim == 64) return LaunchDecode<64>(args, stream);
-  return LaunchDecode<128>(args, stream);
+  if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
+  const bool fp8 = args.k_scale != nullptr;
+  if (args.head_dim == 64) {
+    return fp8 ? LaunchDecode<64, true>(args, stream) : LaunchDecode<64, false>(args, stream);
+  }
+  return fp8 ? LaunchDecode<128, true>(args, stream) : LaunchDecode<128, false>(args, stream);
 }
 
 }  // namespace xserv::kernels::cuda

@@ -65,6 +65,12 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src, int src_by
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
                "r"(src_bytes));
 }
+// 4 bytes (through L1: .cg takes 16-byte copies only); src_bytes 0 writes zeros.
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, int src_bytes) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(src),
+               "r"(src_bytes));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>

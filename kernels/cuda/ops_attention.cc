@@ -277,13 +277,13 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   const auto aligned = [](const Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0;
   };
-  // FP8 caches: the CUDA-core kernel only, for now (attention.h).
+  // FP8 caches: not the flash kernel, for now (attention.h).
   const bool flash = options_.flash_prefill && !options_.batch_invariant && !kv.fp8() &&
                      FlashPrefillSupports(static_cast<int>(head_dim)) && aligned(q) &&
                      aligned(out) && (batch.max_query_len == 0 ||
                                       batch.max_query_len >= kFlashMinQueryLen);
   if (flash) args.flash_min_query_len = kFlashMinQueryLen;
-  const bool decode = options_.decode_attention && !options_.batch_invariant && !kv.fp8() &&
+  const bool decode = options_.decode_attention && !options_.batch_invariant &&
                       DecodeAttentionSupports(static_cast<int>(head_dim), static_cast<int>(heads),
                                               static_cast<int>(kv_heads)) &&
                       aligned(q) && aligned(out) && batch.num_seqs > 0;
