@@ -250,49 +250,33 @@ __global__ void __launch_bounds__(kThreads)
     }
     const uint32_t bad_mask = __ballot_sync(kFullMask, bad);
     if (lane == 0) bad_keys[warp][n % kStages] = bad_mask;
-    if constexpr (kFp8) {
-      // Codes: 16 per copy; scales: lane j < 16 copies key j's pair.
-      const unsigned char* k_codes = static_cast<const unsigned char*>(a.k_cache) + kvh * kDim;
-      const unsigned char* v_codes = static_cast<const unsigned char*>(a.v_cache) + kvh * kDim;
-      constexpr int kCodeVecs = kDim / 16;
-      if (lane < kTileKeys) {
-        const int64_t at =
-            block >= 0
-                ? (static_cast<int64_t>(block) * a.block_size + (k0 + lane) % a.block_size) *
-                          a.kv_heads + kvh
-                : 0;
-        float* scales = reinterpret_cast<float*>(stage + 2 * L::kCodeTile);
-        CpAsync4(scales + lane, a.k_scale + at, block >= 0 ? 4 : 0);
-        CpAsync4(scales + kTileKeys + lane, a.v_scale + at, block >= 0 ? 4 : 0);
-      }
+    // Rows of codes (FP8) or bf16, 16 bytes per copy; FP8 scales: lane j < 16 copies key j's.
+    constexpr int kElem = kFp8 ? 1 : 2;              // bytes per cached element
+    constexpr int kRowVecs = kDim * kElem / 16;       // copies per key row
+    constexpr int kRowBytes = kFp8 ? L::kCodeLd : kLd * 2;  // a key row in the stage
+    constexpr int kTileBytes = kTileKeys * kRowBytes;
+    const auto* k_src = static_cast<const unsigned char*>(a.k_cache) + kvh * kDim * kElem;
+    const auto* v_src = static_cast<const unsigned char*>(a.v_cache) + kvh * kDim * kElem;
+    if (kFp8 && lane < kTileKeys) {
+      const int64_t at =
+          block >= 0
+              ? (static_cast<int64_t>(block) * a.block_size + (k0 + lane) % a.block_size) *
+                        a.kv_heads + kvh
+              : 0;
+      float* scales = reinterpret_cast<float*>(stage + 2 * kTileBytes);
+      CpAsync4(scales + lane, a.k_scale + at, block >= 0 ? 4 : 0);
+      CpAsync4(scales + kTileKeys + lane, a.v_scale + at, block >= 0 ? 4 : 0);
+    }
 #pragma unroll
-      for (int i = lane; i < kTileKeys * kCodeVecs; i += kWarpSize) {
-        const int key = i / kCodeVecs, c = i % kCodeVecs;
-        const int b = __shfl_sync(kFullMask, block, key);
-        const int64_t off =
-            b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
-                             slot_elems + c * 16
-                   : 0;
-        CpAsync16(stage + key * L::kCodeLd + c * 16, k_codes + off, b >= 0 ? 16 : 0);
-        CpAsync16(stage + L::kCodeTile + key * L::kCodeLd + c * 16, v_codes + off,
-                  b >= 0 ? 16 : 0);
-      }
-    } else {
-      const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kvh * kDim;
-      const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kvh * kDim;
-      bf16* k_dst = reinterpret_cast<bf16*>(stage);
-      bf16* v_dst = k_dst + L::kTile;
-#pragma unroll
-      for (int i = lane; i < kTileKeys * kVecs; i += kWarpSize) {
-        const int key = i / kVecs, c = i % kVecs;
-        const int b = __shfl_sync(kFullMask, block, key);
-        const int64_t off =
-            b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
-                             slot_elems + c * 8
-                   : 0;
-        CpAsync16(k_dst + key * kLd + c * 8, k_cache + off, b >= 0 ? 16 : 0);
-        CpAsync16(v_dst + key * kLd + c * 8, v_cache + off, b >= 0 ? 16 : 0);
-      }
+    for (int i = lane; i < kTileKeys * kRowVecs; i += kWarpSize) {
+      const int key = i / kRowVecs, c = i % kRowVecs;
+      const int b = __shfl_sync(kFullMask, block, key);
+      const int64_t off =
+          b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
+                           slot_elems * kElem + c * 16
+                 : 0;
+      CpAsync16(stage + key * kRowBytes + c * 16, k_src + off, b >= 0 ? 16 : 0);
+      CpAsync16(stage + kTileBytes + key * kRowBytes + c * 16, v_src + off, b >= 0 ? 16 : 0);
     }
   };
 
