@@ -58,7 +58,10 @@ void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t
 float QuantizeFp8Group(std::span<const float> values, uint8_t* codes) {
   float amax = 0.0f;
   for (const float v : values) amax = std::max(amax, std::fabs(v));
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  // 1 for an all-zero group, and for one so small that amax / 448 underflows (a zero scale would
+  // make every code infinite).
+  const float quotient = amax / 448.0f;
+  const float scale = quotient > 0.0f ? quotient : 1.0f;
   for (size_t j = 0; j < values.size(); ++j) {
     codes[j] = safetensors::FloatToF8E4M3Saturating(values[j] / scale);
   }

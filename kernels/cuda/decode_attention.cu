@@ -27,7 +27,6 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -147,33 +146,6 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
                                              int record) {
   return a.decode_partials +
          ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
-}
-
-// An FP8 stage's K and V codes into the warp's bf16 tiles k_s and v_s (exact conversions).
-template <int kDim>
-__device__ __forceinline__ void ConvertFp8Tiles(const unsigned char* stage, bf16* k_s, bf16* v_s,
-                                                int lane) {
-  using L = Layout<kDim, true>;
-  constexpr int kCodeVecs = kDim / 16;  // 16-byte code vectors per row
-#pragma unroll
-  for (int i = lane; i < kTileKeys * kCodeVecs; i += kWarpSize) {
-    const int key = i / kCodeVecs, c = i % kCodeVecs;
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(stage + which * L::kCodeTile +
-                                                        key * L::kCodeLd + c * 16);
-      const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
-      uint32_t out[8];
-#pragma unroll
-      for (int p = 0; p < 8; ++p) {
-        const float2 f = Fp8Pair(pairs[p]);
-        out[p] = PackBf16x2(f.x, f.y);
-      }
-      uint4* dst = reinterpret_cast<uint4*>((which == 0 ? k_s : v_s) + key * L::kLd + c * 16);
-      dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-      dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-    }
-  }
 }
 
 template <int kDim, bool kFp8>
@@ -299,7 +271,9 @@ __global__ void __launch_bounds__(kThreads)
     const float* tile_scales = nullptr;  // FP8: the tile's 16 keys' K scales, then their V scales
     if constexpr (kFp8) {
       bf16* converted = reinterpret_cast<bf16*>(ring + kStages * L::kStageBytes);
-      ConvertFp8Tiles<kDim>(stage, converted, converted + L::kTile, lane);
+      ConvertFp8Rows<kDim>(stage, L::kCodeLd, converted, kLd, kTileKeys, lane, kWarpSize);
+      ConvertFp8Rows<kDim>(stage + L::kCodeTile, L::kCodeLd, converted + L::kTile, kLd, kTileKeys,
+                           lane, kWarpSize);
       __syncwarp();  // every lane's rows converted before the fragments read them
       k_s = converted;
       v_s = converted + L::kTile;

@@ -19,6 +19,9 @@
 // comes out NaN (as in attention.cu). fp32 state; a row's result depends only on its
 // sequence (not on the batch), but differs in rounding from PagedAttentionKernel's, so the
 // batch-invariant mode does not use this kernel.
+// FP8 cache (kFp8): the stages hold a tile's codes and its 64 keys' K and V scales; once a tile
+// has landed the CTA converts its codes to bf16 K and V tiles (exact) for the same MMAs, each
+// key's K scale joins its scores and its V scale its probabilities before P V.
 #include <algorithm>
 
 #include "kernels/cuda/attention.h"
@@ -38,20 +41,33 @@ constexpr int kPad = 8;  // bf16 per shared row: 16-byte aligned rows, conflict-
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kTileRows <= kTileKeys, "the Q tile is staged in the second stage's K tile");
 
-template <int kDim>
-constexpr int64_t FlashSmemBytes() {
-  return int64_t{2} * 2 * kTileKeys * (kDim + kPad) * 2;  // 2 stages of K and V tiles
-}
+// Shared memory: 2 stages, each a tile's K and V rows (bf16; FP8: codes, rows of kDim + 16
+// bytes, then the 64 keys' K and V scales); FP8 then the bf16 K and V tiles the codes convert to.
+template <int kDim, bool kFp8>
+struct FlashLayout {
+  static constexpr int kLd = kDim + kPad;          // bf16 per K / V / Q row
+  static constexpr int kTile = kTileKeys * kLd;    // bf16 of one K or V tile
+  static constexpr int kCodeLd = kDim + 16;        // bytes per code row
+  static constexpr int kCodeTile = kTileKeys * kCodeLd;
+  static constexpr int kRowBytes = kFp8 ? kCodeLd : kLd * 2;  // a key row in a stage
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
+  static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
+  static constexpr int64_t kBytes = int64_t{2} * kStageBytes + (kFp8 ? int64_t{2} * kTile * 2 : 0);
+  static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
+};
 
-template <int kDim>
+template <int kDim, bool kFp8>
 __global__ void __launch_bounds__(kFlashThreads, 2)
     FlashPrefillKernel(const __grid_constant__ PagedAttentionArgs a) {
-  constexpr int kLd = kDim + kPad;
-  constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
-  constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
+  using L = FlashLayout<kDim, kFp8>;
+  constexpr int kLd = L::kLd;
+  constexpr int kVecs = kDim / 8;  // 16-byte vectors per bf16 row
+  constexpr int kTile = L::kTile;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][K tile, V tile]
-  bf16* q_s = stages + 2 * kTile;                     // stage 1's K tile until the loop starts
+  // FP8: the converted bf16 K and V tiles, after the stages.
+  bf16* converted = reinterpret_cast<bf16*>(smem_raw + 2 * L::kStageBytes);
+  // The Q tile until the loop starts: stage 1's K tile (bf16), the converted K tile (FP8).
+  bf16* q_s = kFp8 ? converted : reinterpret_cast<bf16*>(smem_raw + L::kStageBytes);
 
   // This CTA's sequence and tile: the flash sequences' tiles in sequence order, walked from the
   // step's last (a sequence's heaviest first) as blockIdx.y grows.
@@ -82,8 +98,9 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
 
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
-  const bf16* k_cache = static_cast<const bf16*>(a.k_cache) + kv_head * kDim;
-  const bf16* v_cache = static_cast<const bf16*>(a.v_cache) + kv_head * kDim;
+  constexpr int kElem = kFp8 ? 1 : 2;  // bytes per cached element
+  const auto* k_src = static_cast<const unsigned char*>(a.k_cache) + kv_head * kDim * kElem;
+  const auto* v_src = static_cast<const unsigned char*>(a.v_cache) + kv_head * kDim * kElem;
   const int k_first = key_lo / kTileKeys * kTileKeys;
   const int n_tiles = p_hi >= k_first ? (p_hi - k_first) / kTileKeys + 1 : 0;
   // Tile n's cache slots (-1: a key outside [key_lo, p_hi] or in a bad block) and bad keys (bit
@@ -107,16 +124,27 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
     if (lane == 0) bad_s[n % 3][threadIdx.x / kWarpSize] = bad_mask;
   };
   // Tile n's K and V rows into stage n % 2 (zeros where there is no slot; the copy then reads
-  // nothing).
+  // nothing), 16 bytes per copy; FP8: thread t copies key t % 64's K (t < 64) or V scale.
   const auto issue = [&](int n) {
-    bf16* k_dst = stages + (n % 2) * 2 * kTile;
-    bf16* v_dst = k_dst + kTile;
-    for (int i = threadIdx.x; i < kTileKeys * kVecs; i += kFlashThreads) {
-      const int r = i / kVecs, c = i % kVecs;
+    unsigned char* stage = smem_raw + (n % 2) * L::kStageBytes;
+    constexpr int kRowVecs = kDim * kElem / 16;
+    for (int i = threadIdx.x; i < kTileKeys * kRowVecs; i += kFlashThreads) {
+      const int r = i / kRowVecs, c = i % kRowVecs;
       const int slot = slot_s[n % 3][r];
-      const int64_t off = (slot >= 0 ? slot * slot_elems : 0) + c * 8;
-      CpAsync16(k_dst + r * kLd + c * 8, k_cache + off, slot >= 0 ? 16 : 0);
-      CpAsync16(v_dst + r * kLd + c * 8, v_cache + off, slot >= 0 ? 16 : 0);
+      const int64_t off = (slot >= 0 ? slot * slot_elems * kElem : 0) + c * 16;
+      CpAsync16(stage + r * L::kRowBytes + c * 16, k_src + off, slot >= 0 ? 16 : 0);
+      CpAsync16(stage + L::kTileBytes + r * L::kRowBytes + c * 16, v_src + off,
+                slot >= 0 ? 16 : 0);
+    }
+    if constexpr (kFp8) {
+      static_assert(kFlashThreads == 2 * kTileKeys);
+      const int r = static_cast<int>(threadIdx.x) % kTileKeys;
+      const bool of_v = static_cast<int>(threadIdx.x) >= kTileKeys;
+      const int slot = slot_s[n % 3][r];
+      const float* src = (of_v ? a.v_scale : a.k_scale) +
+                         (slot >= 0 ? static_cast<int64_t>(slot) * a.kv_heads + kv_head : 0);
+      float* scales = reinterpret_cast<float*>(stage + 2 * L::kTileBytes);
+      CpAsync4(scales + (of_v ? kTileKeys : 0) + r, src, slot >= 0 ? 4 : 0);
     }
     CpAsyncCommit();
   };
@@ -163,8 +191,21 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
     if (n + 1 < n_tiles) issue(n + 1);
     if (n + 2 < n_tiles) resolve(n + 2);  // its buffers held tile n - 1's, consumed
     const int k0 = k_first + n * kTileKeys;
-    const bf16* k_s = stages + (n % 2) * 2 * kTile;
+    const unsigned char* stage = smem_raw + (n % 2) * L::kStageBytes;
+    const bf16* k_s = reinterpret_cast<const bf16*>(stage);
     const bf16* v_s = k_s + kTile;
+    const float* tile_scales = nullptr;  // FP8: the 64 keys' K scales, then their V scales
+    if constexpr (kFp8) {
+      // The warps are done with the converted tiles of tile n - 1 (the barrier above).
+      ConvertFp8Rows<kDim>(stage, L::kCodeLd, converted, kLd, kTileKeys, threadIdx.x,
+                           kFlashThreads);
+      ConvertFp8Rows<kDim>(stage + L::kCodeTile, L::kCodeLd, converted + kTile, kLd, kTileKeys,
+                           threadIdx.x, kFlashThreads);
+      __syncthreads();
+      k_s = converted;
+      v_s = converted + kTile;
+      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kCodeTile);
+    }
     const uint64_t key_bad = bad_s[n % 3][0] | uint64_t{bad_s[n % 3][1]} << 32;
 
     // Scores of the warp's 16 rows against the tile's 64 keys: 8 n8 tiles.
@@ -177,7 +218,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
       for (int nt = 0; nt < kTileKeys / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          sc[nt][e] *= scale;
+          sc[nt][e] *= kFp8 ? scale * tile_scales[nt * 8 + 2 * q4 + e % 2] : scale;
           tile_max[e / 2] = fmaxf(tile_max[e / 2], sc[nt][e]);
         }
       }
@@ -189,12 +230,19 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
           const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
           const bool valid = key >= first[r] && key <= pos[r];
           bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
-          sc[nt][e] = valid ? sc[nt][e] * scale : -INFINITY;
+          sc[nt][e] = valid ? sc[nt][e] * (kFp8 ? scale * tile_scales[j] : scale) : -INFINITY;
           tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
         }
       }
     }
     OnlineSoftmaxUpdate<kTileKeys / 8, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
+    if constexpr (kFp8) {  // the normaliser took the probabilities; P V takes them times V's scales
+#pragma unroll
+      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] *= tile_scales[kTileKeys + nt * 8 + 2 * q4 + e % 2];
+      }
+    }
     AccumulatePV<kTileKeys / 8, kDim, kLd>(o, sc, v_s, lane);
   }
   // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.
@@ -222,10 +270,10 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
   }
 }
 
-template <int kDim>
+template <int kDim, bool kFp8>
 cudaError_t LaunchFlash(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr int64_t kSmem = FlashSmemBytes<kDim>();
-  if (const cudaError_t err = AllowDynamicSharedMemory<FlashPrefillKernel<kDim>>(kSmem);
+  constexpr int64_t kSmem = FlashLayout<kDim, kFp8>::kBytes;
+  if (const cudaError_t err = AllowDynamicSharedMemory<FlashPrefillKernel<kDim, kFp8>>(kSmem);
       err != cudaSuccess) {
     return err;
   }
@@ -235,7 +283,7 @@ cudaError_t LaunchFlash(const PagedAttentionArgs& a, cudaStream_t stream) {
   const int64_t tiles = (int64_t{a.tokens} + kTileRows - 1) / kTileRows + flash_seqs;
   if (tiles > 65535) return cudaErrorInvalidValue;  // grid y
   const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(tiles));
-  FlashPrefillKernel<kDim><<<grid, kFlashThreads, static_cast<size_t>(kSmem), stream>>>(a);
+  FlashPrefillKernel<kDim, kFp8><<<grid, kFlashThreads, static_cast<size_t>(kSmem), stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -245,8 +293,14 @@ bool FlashPrefillSupports(int head_dim) { return head_dim == 64 || head_dim == 1
 
 cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stream) {
   if (args.tokens == 0 || args.heads == 0 || args.flash_min_query_len < 1) return cudaSuccess;
-  if (args.head_dim == 64) return LaunchFlash<64>(args, stream);
-  if (args.head_dim == 128) return LaunchFlash<128>(args, stream);
+  if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
+  const bool fp8 = args.k_scale != nullptr;
+  if (args.head_dim == 64) {
+    return fp8 ? LaunchFlash<64, true>(args, stream) : LaunchFlash<64, false>(args, stream);
+  }
+  if (args.head_dim == 128) {
+    return fp8 ? LaunchFlash<128, true>(args, stream) : LaunchFlash<128, false>(args, stream);
+  }
   return cudaErrorInvalidValue;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace xserv::kernels::cuda {
@@ -28,6 +29,30 @@ __device__ __forceinline__ float Exp(float x) {
     return exp2f(x);
   } else {
     return expf(x);
+  }
+}
+
+// `rows` rows of kDim FP8 codes in shared memory (code_ld bytes apart, 16-byte aligned) into
+// bf16 rows (ld apart, 16-byte aligned): exact, every E4M3 value is a bf16. 16 codes per item,
+// items dealt to `threads` threads from `tid`; the caller synchronises before reading `out`.
+template <int kDim>
+__device__ __forceinline__ void ConvertFp8Rows(const unsigned char* codes, int code_ld,
+                                               __nv_bfloat16* out, int ld, int rows, int tid,
+                                               int threads) {
+  constexpr int kVecs = kDim / 16;
+  for (int i = tid; i < rows * kVecs; i += threads) {
+    const int r = i / kVecs, c = i % kVecs;
+    const uint4 raw = *reinterpret_cast<const uint4*>(codes + r * code_ld + c * 16);
+    const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
+    uint32_t packed[8];
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const float2 f = Fp8Pair(pairs[p]);
+      packed[p] = PackBf16x2(f.x, f.y);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out + r * ld + c * 16);
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
   }
 }
 

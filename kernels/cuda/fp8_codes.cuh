@@ -12,10 +12,11 @@
 
 namespace xserv::kernels::cuda {
 
-// A group's scale from the amax of its values (reduced over the group first): amax / 448, 1 for
-// an all-zero group.
+// A group's scale from the amax of its values (reduced over the group first): amax / 448, 1 where
+// that is 0 (an all-zero group, or an amax so small the quotient underflows).
 __device__ __forceinline__ float Fp8ScaleOf(float amax) {
-  return amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float quotient = amax / 448.0f;
+  return quotient > 0.0f ? quotient : 1.0f;
 }
 
 // E4M3(value / scale), round to nearest even, saturating at +-448.

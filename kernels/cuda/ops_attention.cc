@@ -27,6 +27,12 @@ absl::Status CheckKv(const char* op, const KvLayer& kv) {
   RETURN_IF_ERROR(ExpectContiguous(op, "kv.k", kv.k));
   RETURN_IF_ERROR(ExpectContiguous(op, "kv.v", kv.v));
   RETURN_IF_ERROR(ExpectSameShape(op, kv.k, kv.v));
+  // The kernels read cache rows 16 bytes at a time.
+  for (const Tensor* pool : {&kv.k, &kv.v}) {
+    if (reinterpret_cast<uintptr_t>(pool->data) % 16 != 0) {
+      return OpError(op, "KV pools must be 16-byte aligned");
+    }
+  }
   if (kv.fp8()) {
     if (kv.k.dim(3) > kMaxHeadDim) {
       return OpError(op, absl::StrCat("FP8 cache: head_dim ", kv.k.dim(3), " above ", kMaxHeadDim));
@@ -277,8 +283,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
   const auto aligned = [](const Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0;
   };
-  // FP8 caches: not the flash kernel, for now (attention.h).
-  const bool flash = options_.flash_prefill && !options_.batch_invariant && !kv.fp8() &&
+  const bool flash = options_.flash_prefill && !options_.batch_invariant &&
                      FlashPrefillSupports(static_cast<int>(head_dim)) && aligned(q) &&
                      aligned(out) && (batch.max_query_len == 0 ||
                                       batch.max_query_len >= kFlashMinQueryLen);

@@ -113,6 +113,7 @@ bool QkNormRopeSupports(int head_dim) {
 
 cudaError_t LaunchQkNormRopeWriteKv(const QkNormRopeArgs& args, cudaStream_t stream) {
   if (args.tokens == 0) return cudaSuccess;
+  if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>((args.q_heads + args.kv_heads + kWarps - 1) / kWarps));
   const dim3 block(kThreads);

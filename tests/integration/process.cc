@@ -125,14 +125,19 @@ int FreePortRun(int n) {
     close(fd);
     return ok;
   };
-  constexpr int kLow = 20000, kEphemeral = 32768;
+  // Below the ephemeral range as this machine sets it (Linux's default starts at 32768), or
+  // above it when it starts too low to leave room.
+  int ephemeral_lo = 32768, ephemeral_hi = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_lo >> ephemeral_hi;
+  int low = 20000, high = std::min(ephemeral_lo, 32768);
+  if (high - low < 1000 + n) low = std::max(ephemeral_hi + 1, 20000), high = 65535;
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int base = kLow + static_cast<int>(rng() % static_cast<unsigned>(kEphemeral - kLow - n));
+    const int base = low + static_cast<int>(rng() % static_cast<unsigned>(high - low - n));
     bool all = true;
     for (int p = base; p < base + n && all; ++p) all = bindable(p);
     if (all) return base;
   }
-  return kLow;  // never in practice; the server that cannot bind then says so
+  return low;  // never in practice; the server that cannot bind then says so
 }
 
 std::string ChildProcess::Log() const {

@@ -45,8 +45,9 @@ class ChildProcess {
 };
 
 // The first of `n` consecutive ports on 127.0.0.1 that were free a moment ago, picked at random
-// below Linux's ephemeral range (32768 on), where outgoing connections and port-0 listeners
-// take theirs: for flags that need a fixed port, such as the supervisor's --worker-base-port.
+// outside the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where outgoing
+// connections and port-0 listeners take theirs: for flags that need a fixed port, such as the
+// supervisor's --worker-base-port.
 int FreePortRun(int n);
 
 std::string BinaryPath(const std::string& name);

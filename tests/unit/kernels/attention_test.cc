@@ -267,8 +267,8 @@ void ExpectFp8PoolHolds(BackendOpTest& t, const PagedStep& step,
   }
 }
 
-void RunMixedStep(BackendOpTest& t, const AttentionCase& c, std::mt19937& rng) {
-  const std::vector<SeqSpec>& seqs = kMixedBatch;
+void RunMixedStep(BackendOpTest& t, const AttentionCase& c, std::mt19937& rng,
+                  const std::vector<SeqSpec>& seqs = kMixedBatch) {
   const int64_t heads = kKvHeads * c.group, dim = c.head_dim, row = kKvHeads * dim;
   PagedStep step = PrepareContext(t, seqs, c.block_size, c.head_dim, c.fp8, rng);
 
@@ -363,24 +363,32 @@ TEST_P(AttentionOpTest, PagedMixedBatchMatchesDenseReference) {
   }
 }
 
-// The FP8 cache over the same mixed steps: WriteKv stores the host quantiser's codes and scales,
-// Attention reads their decoded values (within the non-FP8 bounds of that reference).
+// The FP8 cache over the mixed steps plus a 20-row prefill chunk (a tensor-core prefill row on
+// CUDA) and a decode over 71 keys (more than one split): WriteKv stores the host quantiser's
+// codes and scales, Attention reads their decoded values (within the non-FP8 bounds of that
+// reference). Head sizes the kernels take whole (64, 128) in every layout; 32, 80 and 256 once.
 TEST_P(AttentionOpTest, Fp8CacheMixedBatchMatchesItsDecodedReference) {
+  std::vector<SeqSpec> seqs = kMixedBatch;
+  seqs.push_back({40, 20});
+  seqs.push_back({70, 1});
   std::mt19937 rng(52);
+  std::vector<AttentionCase> cases;
   for (int block_size : {1, 16}) {
     for (int group : {1, 4}) {
       for (int head_dim : {64, 128}) {
         for (int window : {0, 3}) {
-          const bool sinks = window > 0;
-          const AttentionCase c{block_size, group, head_dim, window, sinks, /*fp8=*/true};
-          SCOPED_TRACE(::testing::Message() << "FP8 cache, block_size " << block_size << " group "
-                                            << group << " head_dim " << head_dim << " window "
-                                            << window);
-          RunMixedStep(*this, c, rng);
-          if (HasFailure()) return;
+          cases.push_back({block_size, group, head_dim, window, /*sinks=*/window > 0, true});
         }
       }
     }
+  }
+  for (int head_dim : {32, 80, 256}) cases.push_back({16, 4, head_dim, 0, false, true});
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "FP8 cache, block_size " << c.block_size << " group "
+                                      << c.group << " head_dim " << c.head_dim << " window "
+                                      << c.window);
+    RunMixedStep(*this, c, rng, seqs);
+    if (HasFailure()) return;
   }
 }
 
