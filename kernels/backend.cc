@@ -32,6 +32,15 @@ absl::Status Backend::MatmulSiluMul(const Tensor& x, const Tensor& w, const Tens
   return SiluMul(gate_up.SliceLast(0, inter), gate_up.SliceLast(inter, 2 * inter), act);
 }
 
+absl::Status Backend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                        const ExpertWeights& experts, const GluParams& glu,
+                                        const Tensor& out, const Tensor& residual,
+                                        const Tensor& norm_weight, float eps,
+                                        const Tensor& normed) {
+  RETURN_IF_ERROR(Experts(x, ids, weights, experts, glu, out));
+  return AddRmsNorm(out, residual, norm_weight, eps, normed);
+}
+
 absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const QkNormRope& p, const KvLayer& kv,
                                         const Tensor& slot_mapping) {

@@ -216,6 +216,15 @@ class Backend {
   virtual absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                const ExpertWeights& experts, const GluParams& glu,
                                const Tensor& out) = 0;
+  // The MoE block's end and the next pre-norm in one op: Experts(x, ..., out), then
+  // AddRmsNorm(out, residual, norm_weight, eps, normed). This default runs exactly those two; a
+  // backend may fold the experts' combine into the norm (CUDA, --fuse-moe-norm), bit-identical,
+  // and then leaves `out` (scratch of Experts' output shape) unwritten.
+  virtual absl::Status ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                         const ExpertWeights& experts, const GluParams& glu,
+                                         const Tensor& out, const Tensor& residual,
+                                         const Tensor& norm_weight, float eps,
+                                         const Tensor& normed);
 
   // ---- logits ---------------------------------------------------------------------------------
   // Row-wise log-softmax of f32 [R, V]; out may alias x.

@@ -18,6 +18,7 @@ struct KernelChoices {
   bool decode_attention = true;    // GQA-packed tensor-core decode attention
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
+  bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
@@ -41,6 +42,11 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "cuda: at batch 1 the MLP's silu(gate) * up is the gate_up projection GEMV's "
                  "epilogue (bit-identical to the separate kernel; measured slower on an H200, "
                  "docs/benchmarks)")
+      ->capture_default_str();
+  app.add_option("--fuse-moe-norm", k.fuse_moe_norm,
+                 "cuda, experimental: the next layer's add + RMSNorm forms each token's MoE "
+                 "combine itself (MXFP4 experts, one GPU, hidden sizes above 512): a launch per "
+                 "layer fewer, bit-identical to the separate kernels")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
@@ -79,6 +85,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .decode_attention = k.decode_attention,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
           .fuse_silu_gemv = k.fuse_silu_gemv,
+          .fuse_moe_norm = k.fuse_moe_norm,
           .fp8_w8a8 = k.fp8_w8a8};
 }
 #endif

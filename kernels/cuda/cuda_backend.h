@@ -58,6 +58,12 @@ struct CudaBackendOptions {
   // MatmulSiluMul at one row as one GEMV with SiluMul as its epilogue (gemv.h, GemvArgs::glu)
   // instead of the GEMV and then the SiluMul kernel; needs gemv.
   bool fuse_silu_gemv = false;
+  // ExpertsAddRmsNorm with MXFP4 experts as the expert kernels and one norm kernel that forms
+  // each token's combine itself (NormArgs::combine) instead of reading it from the combine
+  // kernel's output: a launch and a round trip of the row fewer per MoE layer, bit-identical.
+  // Hidden sizes of whole 16-byte vectors above 512 (RmsNormTakesCombine); others, and dense
+  // experts, run the two ops.
+  bool fuse_moe_norm = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
@@ -129,6 +135,11 @@ class CudaBackend final : public Backend {
   absl::Status Experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                        const ExpertWeights& experts, const GluParams& glu,
                        const Tensor& out) override;
+  absl::Status ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                 const ExpertWeights& experts, const GluParams& glu,
+                                 const Tensor& out, const Tensor& residual,
+                                 const Tensor& norm_weight, float eps,
+                                 const Tensor& normed) override;
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
@@ -155,9 +166,16 @@ class CudaBackend final : public Backend {
   // check_each_op: waits for the stream and names `op` in a device error.
   absl::Status WaitIfChecking(const char* op);
   // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
-  // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens.
+  // The AddRmsNorm that ExpertsAddRmsNorm folds the experts' combine into.
+  struct MoeNorm {
+    Tensor residual, weight, normed;
+    float eps = 1e-6f;
+  };
+  // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens; with `norm`
+  // the combine feeds that norm instead of `out` (the caller checked it: MoeNormArgs).
   absl::Status ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                            const ExpertWeights& experts, const GluParams& glu, const Tensor& out);
+                            const ExpertWeights& experts, const GluParams& glu, const Tensor& out,
+                            const MoeNorm* norm = nullptr);
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
   // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape.

@@ -19,6 +19,17 @@ struct RowsView {
   int64_t stride = 0;
 };
 
+// The top-k experts' outputs of T tokens, to be combined per token: row t is the sum over slots
+// j < k, in slot order, of weights[t * k + j] * y[t * k + j] (f32 rows of `cols`); a token with
+// an id outside [0, experts) combines to NaN (moe_combine.cuh).
+struct MoeCombineRows {
+  const float* y = nullptr;  // [T * k, cols]
+  const int32_t* ids = nullptr;      // [T, k]
+  const float* weights = nullptr;    // [T, k]
+  int k = 0;
+  int experts = 0;
+};
+
 // The bit pattern kernels write where inputs were invalid (an out-of-range id or slot that the
 // host could not check without a device sync): a quiet NaN, so a bad step is loud in tests.
 inline constexpr uint16_t kBf16NaNBits = 0x7FC0;

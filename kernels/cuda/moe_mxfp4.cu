@@ -17,8 +17,10 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/moe_combine.cuh"
 #include "kernels/cuda/moe_mxfp4.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -476,23 +478,13 @@ constexpr int kCombineCols = 4 * kCombineThreads;
 
 // The hidden size is a multiple of 32 (MXFP4 groups), so every row is whole float4s.
 __global__ void __launch_bounds__(kCombineThreads)
-    MoeCombineKernel(const float* y, const int32_t* ids, const float* weights, int k, int experts,
-                     const RowsView out) {
+    MoeCombineKernel(const MoeCombineRows m, const RowsView out) {
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const int64_t t = blockIdx.x;
-  bool bad = false;
-  for (int j = 0; j < k; ++j) {
-    const int e = ids[t * k + j];
-    bad = bad || e < 0 || e >= experts;
-  }
+  const bool bad = CombineHasBadId(m, t);
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kCombineCols + threadIdx.x * 4;
   if (c0 >= out.cols) return;
-  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int j = 0; j < k; ++j) {
-    const float w = weights[t * k + j];
-    const float4 v = *reinterpret_cast<const float4*>(y + (t * k + j) * out.cols + c0);
-    sum.x += w * v.x, sum.y += w * v.y, sum.z += w * v.z, sum.w += w * v.w;
-  }
+  const float4 sum = CombineFloat4(m, t, out.cols, c0);
   constexpr uint32_t kNaNs = uint32_t{kBf16NaNBits} * 0x10001u;
   *reinterpret_cast<uint2*>(RowPtr<bf16>(out, t) + c0) =
       bad ? make_uint2(kNaNs, kNaNs) : make_uint2(PackBf16x2(sum.x, sum.y), PackBf16x2(sum.z, sum.w));
@@ -542,19 +534,19 @@ cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
                         static_cast<size_t>(smem), stream, args.pdl, args);
 }
 
-cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
-                             int experts, const RowsView& out, cudaStream_t stream, bool pdl) {
+cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cudaStream_t stream,
+                             bool pdl) {
   if (out.rows == 0) return cudaSuccess;
   if (out.rows > INT32_MAX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(out.rows),
                   static_cast<unsigned>((out.cols + kCombineCols - 1) / kCombineCols));
   // float4 rows of y and 8-byte stores of out.
-  if (out.cols % 4 != 0 || out.stride % 4 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0 ||
+  if (out.cols % 4 != 0 || out.stride % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(rows.y) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(out.data) % 8 != 0) {
     return cudaErrorInvalidValue;
   }
-  return LaunchMaybePdl(MoeCombineKernel, grid, dim3(kCombineThreads), 0, stream, pdl, y, ids,
-                        weights, k, experts, out);
+  return LaunchMaybePdl(MoeCombineKernel, grid, dim3(kCombineThreads), 0, stream, pdl, rows, out);
 }
 
 MoeGemmArgs MoeLayerArgs::GateUp() const {
@@ -609,8 +601,19 @@ cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream
       return err;
     }
   }
-  return LaunchMoeCombine(layer.y, layer.ids, layer.weights, layer.top_k, layer.experts, layer.out,
-                          stream, layer.pdl && gemv);
+  const MoeCombineRows combine{.y = layer.y,
+                               .ids = layer.ids,
+                               .weights = layer.weights,
+                               .k = layer.top_k,
+                               .experts = layer.experts};
+  if (layer.norm.weight != nullptr) {  // the combine is the fused norm's input row
+    NormArgs norm = layer.norm;
+    norm.x = RowsView{.data = nullptr, .rows = layer.x.rows, .cols = layer.hidden, .stride = 0};
+    norm.combine = combine;
+    norm.pdl = layer.pdl && gemv;
+    return LaunchRmsNorm(norm, stream);
+  }
+  return LaunchMoeCombine(combine, layer.out, stream, layer.pdl && gemv);
 }
 
 }  // namespace xserv::kernels::cuda

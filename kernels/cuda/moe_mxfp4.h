@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_types.h"
+#include "kernels/cuda/norm.h"
 
 namespace xserv::kernels::cuda {
 
@@ -94,12 +95,10 @@ int64_t MoeGemvSharedBytes(int64_t k);
 // the expert rows as the M of the MMA and the pair's input as a column of B.
 cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
 
-// out[t] = sum over j of weights[t, j] * y[t * k + j] (bf16 out, f32 y). Tokens with an id
-// outside [0, experts) get NaN rows.
-// The hidden size (out.cols) and out's row stride must be multiples of 4, y 16-byte aligned and
-// out 8-byte aligned.
-cudaError_t LaunchMoeCombine(const float* y, const int32_t* ids, const float* weights, int k,
-                             int experts, const RowsView& out, cudaStream_t stream,
+// out[t] = the combine of token t's rows (kernel_types.h MoeCombineRows), rounded to bf16; NaN
+// rows for bad ids. The hidden size (out.cols) and out's row stride must be multiples of 4, y
+// 16-byte aligned and out 8-byte aligned.
+cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cudaStream_t stream,
                              bool pdl = false);
 
 // One round of one layer's experts (the four launches above) over its buffers, as
@@ -122,6 +121,10 @@ struct MoeLayerArgs {
   RowsView out;                // bf16 [tokens, hidden]
   // The GEMV form's kernels (both projections, the combine) launch programmatically (pdl.cuh).
   bool pdl = false;
+  // norm.weight set: the combine is not written to `out` but added to norm.residual and
+  // normalised into norm.out in one kernel (NormArgs::combine; RmsNormTakesCombine must hold):
+  // exactly LaunchMoeCombine, then LaunchRmsNorm with the residual.
+  NormArgs norm;
 
   int MaxBlocks() const { return static_cast<int>(MoeMaxBlocks(x.rows * top_k, experts)); }
   MoeGemmArgs GateUp() const;

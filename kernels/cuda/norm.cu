@@ -7,8 +7,9 @@
 // passes, which is what makes out aliasing x or residual safe: a thread only rewrites elements it
 // has already read itself. Statistics are fp32 sums combined in a fixed order (deterministic).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/moe_combine.cuh"
 #include "kernels/cuda/norm.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -93,16 +94,18 @@ __global__ void __launch_bounds__(kThreads) LayerNormKernel(const __grid_constan
 // Long rows with 16-byte aligned, whole 8-element vectors (hidden sizes): one 256-thread CTA per
 // row, each thread holding its kVecs vectors in registers between the two passes (one load of
 // x and residual, one of the weight), so a decode step's single row is not a chain of dependent
-// round trips to memory.
+// round trips to memory. With a combine (NormArgs::combine) a vector of x is the MoE combine of
+// its columns, rounded to bf16 as LaunchMoeCombine would have stored it.
 constexpr int kVecElems = 8;
 
-template <int kVecs>
+template <int kVecs, bool kCombine>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);
   const uint4* x = reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.x, row));
+  const bool combine_bad = kCombine && CombineHasBadId(a.combine, row);
   uint4* res = a.residual.data != nullptr
                    ? reinterpret_cast<uint4*>(RowPtr<bf16>(a.residual, row))
                    : nullptr;
@@ -114,7 +117,14 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   for (int i = 0; i < kVecs; ++i) {
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
-    UnpackBf16x8(x[c], v[i]);
+    if constexpr (kCombine) {
+      const float4 lo = CombineFloat4(a.combine, row, a.x.cols, int64_t{c} * kVecElems);
+      const float4 hi = CombineFloat4(a.combine, row, a.x.cols, int64_t{c} * kVecElems + 4);
+      const float sum[kVecElems] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      UnpackBf16x8(combine_bad ? NaNBf16x8() : PackBf16x8(sum), v[i]);
+    } else {
+      UnpackBf16x8(x[c], v[i]);
+    }
     if (res != nullptr) {
       float r[kVecElems];
       UnpackBf16x8(res[c], r);
@@ -163,14 +173,23 @@ int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+bool RmsNormTakesCombine(const NormArgs& args) {
+  return args.residual.data != nullptr && VecsPerThread(args) > 0;
+}
+
 cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream) {
   if (args.x.rows == 0) return cudaSuccess;
+  if (args.combine.y != nullptr && !RmsNormTakesCombine(args)) return cudaErrorInvalidValue;
   const unsigned rows = static_cast<unsigned>(args.x.rows);
+  const auto vec = [&](auto kernel) {
+    return LaunchMaybePdl(kernel, rows, kThreads, 0, stream, args.pdl, args);
+  };
+  const bool combine = args.combine.y != nullptr;
   switch (VecsPerThread(args)) {
-    case 1: return LaunchMaybePdl(RmsNormVecKernel<1>, rows, kThreads, 0, stream, args.pdl, args);
-    case 2: return LaunchMaybePdl(RmsNormVecKernel<2>, rows, kThreads, 0, stream, args.pdl, args);
-    case 4: return LaunchMaybePdl(RmsNormVecKernel<4>, rows, kThreads, 0, stream, args.pdl, args);
-    case 8: return LaunchMaybePdl(RmsNormVecKernel<8>, rows, kThreads, 0, stream, args.pdl, args);
+    case 1: return combine ? vec(RmsNormVecKernel<1, true>) : vec(RmsNormVecKernel<1, false>);
+    case 2: return combine ? vec(RmsNormVecKernel<2, true>) : vec(RmsNormVecKernel<2, false>);
+    case 4: return combine ? vec(RmsNormVecKernel<4, true>) : vec(RmsNormVecKernel<4, false>);
+    case 8: return combine ? vec(RmsNormVecKernel<8, true>) : vec(RmsNormVecKernel<8, false>);
     default: break;
   }
   if (args.x.cols <= kShortRowCols) {

@@ -9,14 +9,21 @@
 namespace xserv::kernels::cuda {
 
 struct NormArgs {
-  RowsView x;            // bf16 [rows, cols]
+  RowsView x;            // bf16 [rows, cols]; with `combine`, only its rows and cols are used
   RowsView residual;     // bf16 [rows, cols], data == nullptr: no residual add
   RowsView out;          // bf16 [rows, cols]; may alias x (or residual)
   const void* weight = nullptr;  // bf16 [cols]
   const void* bias = nullptr;    // bf16 [cols], LayerNorm only
   float eps = 1e-6f;
   bool pdl = false;  // launch with programmatic dependent launch (pdl.cuh)
+  // RmsNorm with a residual only, where RmsNormTakesCombine: x's rows are the MoE combine of these
+  // rows, rounded to bf16 exactly as LaunchMoeCombine stores them (moe_combine.cuh).
+  MoeCombineRows combine;
 };
+
+// Whether LaunchRmsNorm takes `args` with a combine in place of x: rows of whole 16-byte
+// vectors, 512 < cols <= 16384 (the register-resident kernel), aligned residual, out and weight.
+bool RmsNormTakesCombine(const NormArgs& args);
 
 // RMSNorm; with a residual, residual += x first (stored in bf16) and the norm is of the stored sum.
 cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream);

@@ -119,9 +119,40 @@ absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tens
   return Launched(kOp, LaunchExperts(args, stream_));
 }
 
+absl::Status CudaBackend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids,
+                                            const Tensor& weights, const ExpertWeights& experts,
+                                            const GluParams& glu, const Tensor& out,
+                                            const Tensor& residual, const Tensor& norm_weight,
+                                            float eps, const Tensor& normed) {
+  constexpr const char* kOp = "ExpertsAddRmsNorm";
+  if (options_.fuse_moe_norm && experts.format == ExpertWeights::Format::kMxfp4) {
+    for (const Tensor* t : {&residual, &norm_weight, &normed}) {
+      RETURN_IF_ERROR(ExpectCuda(kOp, "norm operand", *t));
+      RETURN_IF_ERROR(ExpectDType(kOp, "norm operand", *t, DType::kBF16));
+    }
+    RETURN_IF_ERROR(ExpectRowMajor(kOp, "residual", residual));
+    RETURN_IF_ERROR(ExpectRowMajor(kOp, "normed", normed));
+    RETURN_IF_ERROR(ExpectSameShape(kOp, out, residual));
+    RETURN_IF_ERROR(ExpectSameShape(kOp, out, normed));
+    RETURN_IF_ERROR(ExpectRank(kOp, "norm weight", norm_weight, 1));
+    RETURN_IF_ERROR(ExpectDim(kOp, "norm weight", norm_weight, 0, out.dim(-1)));
+    const NormArgs probe{.x = {.data = nullptr, .rows = out.dim(0), .cols = out.dim(-1)},
+                         .residual = AsRows(residual),
+                         .out = AsRows(normed),
+                         .weight = norm_weight.data,
+                         .eps = eps};
+    if (RmsNormTakesCombine(probe)) {
+      const MoeNorm norm{.residual = residual, .weight = norm_weight, .normed = normed, .eps = eps};
+      return ExpertsMxfp4(x, ids, weights, experts, glu, out, &norm);
+    }
+  }
+  return Backend::ExpertsAddRmsNorm(x, ids, weights, experts, glu, out, residual, norm_weight, eps,
+                                    normed);
+}
+
 absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                        const ExpertWeights& experts, const GluParams& glu,
-                                       const Tensor& out) {
+                                       const Tensor& out, const MoeNorm* norm) {
   constexpr const char* kOp = "Experts";
   RETURN_IF_ERROR(CheckExpertsActivations(kOp, x, ids, weights, out));
   const Tensor& gub = experts.gate_up_blocks;
@@ -203,6 +234,13 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   const bool gemv = !options_.batch_invariant && tokens <= kMoeGemvMaxTokens;
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t n = std::min(chunk, tokens - t0);
+    NormArgs fused_norm;
+    if (norm != nullptr) {
+      fused_norm = NormArgs{.residual = AsRows(norm->residual.SliceRows(t0, t0 + n)),
+                            .out = AsRows(norm->normed.SliceRows(t0, t0 + n)),
+                            .weight = norm->weight.data,
+                            .eps = norm->eps};
+    }
     const MoeLayerArgs layer{.x = AsRows(x.SliceRows(t0, t0 + n)),
                              .ids = ids.as<int32_t>() + t0 * k,
                              .weights = weights.as<float>() + t0 * k,
@@ -222,7 +260,8 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                              .act = moe_act_.view().data,
                              .y = static_cast<float*>(moe_out_.view().data),
                              .out = AsRows(out.SliceRows(t0, t0 + n)),
-                             .pdl = options_.pdl_decode_kernels};
+                             .pdl = options_.pdl_decode_kernels,
+                             .norm = fused_norm};
     RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Layer(layer, gemv, stream_)));
   }
   return absl::OkStatus();

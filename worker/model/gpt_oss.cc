@@ -182,11 +182,14 @@ class GptOssModel final : public Model {
     } else {  // a same-dtype Convert is a device copy on every backend
       RETURN_IF_ERROR(b.Convert(*hidden, residual));
     }
+    // The previous layer's experts already added their output to the residual and normalised
+    // it for this layer (ExpertsAddRmsNorm).
+    bool normed_ready = false;
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& layer = layers_[i];
       if (i == 0) {  // the stage's input is a complete residual: nothing pending to add
         RETURN_IF_ERROR(b.RmsNorm(residual, layer.input_norm.view(), eps, normed));
-      } else {
+      } else if (!normed_ready) {
         RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
       }
       // The global index picks the layer's sliding window.
@@ -212,12 +215,25 @@ class GptOssModel final : public Model {
         experts.gate_up = layer.gate_up.view();
         experts.down = layer.down.view();
       }
-      RETURN_IF_ERROR(b.Experts(normed, topk_ids, topk_weights, experts, glu_, block_out));
-      RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
+      // On one rank the experts' output goes straight into the next norm on this stage (the next
+      // layer's, or the final one): a backend may fold the combine into it.
+      const Buffer* next_norm = i + 1 < layers_.size() ? &layers_[i + 1].input_norm
+                                : pp_.last()           ? &final_norm_
+                                                       : nullptr;
+      normed_ready = !tp_.sharded() && next_norm != nullptr;
+      if (normed_ready) {
+        RETURN_IF_ERROR(b.ExpertsAddRmsNorm(normed, topk_ids, topk_weights, experts, glu_,
+                                            block_out, residual, next_norm->view(), eps, normed));
+      } else {
+        RETURN_IF_ERROR(b.Experts(normed, topk_ids, topk_weights, experts, glu_, block_out));
+        RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
+      }
     }
     // The last experts' output is still pending: the next stage gets residual + block_out.
     if (!pp_.last()) return b.Add(residual, block_out, *hidden);
-    RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
+    if (!normed_ready) {
+      RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
+    }
     return RunLmHead(b, normed, lm_head_.view(), VocabShard::Of(config(), tp_), tp_.comm, in, ws_,
                      logits);
   }
