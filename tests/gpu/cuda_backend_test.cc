@@ -605,24 +605,11 @@ TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
   }
 }
 
-// ExpertsAddRmsNorm with the combine folded into the norm (fuse_moe_norm) against Experts then
-// AddRmsNorm on a backend without it: the residual and the normalised rows bit for bit, at
-// gpt-oss-20b's sizes on the GEMV (1, 2 tokens) and the GEMM form (5 tokens), a token with a bad
-// expert id NaN both ways; hidden sizes the fused kernel does not take (96) run the two ops.
-TEST_F(CudaOps, Mxfp4ExpertsAddRmsNormFusedEqualsTheTwoOps) {
-  auto fused = CudaBackend::Create(
-      CudaBackendOptions{.device = 0, .check_each_op = true, .fuse_moe_norm = true});
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  std::mt19937 rng(15);
-  struct Case {
-    int64_t tokens, hidden, inter;
-    bool bad_id;
-  };
-  for (const Case c : {Case{1, 2880, 2880, false}, Case{2, 2880, 1440, true},
-                       Case{5, 2880, 2880, true}, Case{3, 96, 64, false}}) {
-    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, hidden " << c.hidden << ", inter "
-                                      << c.inter << (c.bad_id ? ", a bad id" : ""));
-    const int64_t e = 4, k = 2, h = c.hidden, i = c.inter;
+// Random MXFP4 experts on the device (codes uniform, E8M0 scales 2^-7 .. 2^-3) and routings for
+// the fused-kernel tests below.
+class Mxfp4Experts : public CudaOps {
+ protected:
+  ExpertWeights RandomExperts(int64_t e, int64_t h, int64_t i, std::mt19937& rng) {
     auto upload_u8 = [&](int64_t n, std::vector<int64_t> shape, uint8_t lo, int spread) {
       std::vector<uint8_t> bytes(n);
       for (auto& b : bytes) b = static_cast<uint8_t>(lo + rng() % spread);
@@ -638,15 +625,78 @@ TEST_F(CudaOps, Mxfp4ExpertsAddRmsNormFusedEqualsTheTwoOps) {
     mx.down_scales = upload_u8(e * h * i / 32, {e, h, i / 32}, 120, 5);
     mx.gate_up_bias = Upload(RandomBf16(e * 2 * i, rng), {e, 2 * i}).cuda;
     mx.down_bias = Upload(RandomBf16(e * h, rng), {e, h}).cuda;
-    std::vector<int32_t> id_values(c.tokens * k);
-    std::vector<float> weight_values(c.tokens * k);
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      id_values[t * k] = static_cast<int32_t>(rng() % e);
-      id_values[t * k + 1] = static_cast<int32_t>((id_values[t * k] + 1 + rng() % (e - 1)) % e);
-      for (int64_t j = 0; j < k; ++j) weight_values[t * k + j] = 0.2f + 0.6f * (rng() % 100) / 100.0f;
+    return mx;
+  }
+  // Two distinct experts of `e` per token; token `bad_token` (if any) gets id e in slot 1.
+  Tensor RandomIds(int64_t tokens, int64_t e, std::mt19937& rng, int64_t bad_token = -1) {
+    std::vector<int32_t> ids(tokens * 2);
+    for (int64_t t = 0; t < tokens; ++t) {
+      ids[t * 2] = static_cast<int32_t>(rng() % e);
+      ids[t * 2 + 1] = static_cast<int32_t>((ids[t * 2] + 1 + rng() % (e - 1)) % e);
     }
-    if (c.bad_id) id_values[k] = static_cast<int32_t>(e);  // token 1
-    const Tensor ids = UploadI32(id_values, {c.tokens, k}).cuda;
+    if (bad_token >= 0) ids[bad_token * 2 + 1] = static_cast<int32_t>(e);
+    return UploadI32(ids, {tokens, 2}).cuda;
+  }
+};
+
+// The MXFP4 experts' GEMV with its weight rows copied to shared memory at once (moe_gemv_smem)
+// against the register-streaming GEMV: the same bits, at gpt-oss-20b's sizes (gate_up 5760 x
+// 2880, down 2880 x 2880 and its TP=2 half), one and two tokens.
+TEST_F(Mxfp4Experts, GemvSmemWeightsEqualRegisterStreaming) {
+  auto smem = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .check_each_op = true, .moe_gemv_smem = true});
+  ASSERT_TRUE(smem.ok()) << smem.status();
+  std::mt19937 rng(16);
+  struct Case {
+    int64_t tokens, hidden, inter;
+  };
+  for (const Case c : {Case{1, 2880, 2880}, Case{2, 2880, 1440}, Case{1, 4608, 96}}) {
+    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, hidden " << c.hidden << ", inter "
+                                      << c.inter);
+    const int64_t e = 4, k = 2, h = c.hidden, i = c.inter;
+    const ExpertWeights mx = RandomExperts(e, h, i, rng);
+    const Tensor ids = RandomIds(c.tokens, e, rng);
+    const Tensor weights =
+        Upload(std::vector<float>(c.tokens * k, 0.5f), {c.tokens, k}, DType::kF32).cuda;
+    const Tensor x = Upload(RandomBf16(c.tokens * h, rng), {c.tokens, h}).cuda;
+    const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
+    auto run = [&](CudaBackend& b) {
+      const Tensor out = Poisoned({c.tokens, h}).cuda;
+      EXPECT_TRUE(cuda().Synchronize().ok());
+      const absl::Status st = b.Experts(x, ids, weights, mx, glu, out);
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(b.Synchronize().ok());
+      return DownloadCuda(out);
+    };
+    const std::vector<float> registers = run(cuda()), shared = run(**smem);
+    ASSERT_EQ(registers.size(), shared.size());
+    EXPECT_EQ(std::memcmp(registers.data(), shared.data(), registers.size() * 4), 0);
+    EXPECT_FALSE(std::isnan(shared[0]));
+  }
+}
+
+// ExpertsAddRmsNorm with the combine folded into the norm (fuse_moe_norm) against Experts then
+// AddRmsNorm on a backend without it: the residual and the normalised rows bit for bit, at
+// gpt-oss-20b's sizes on the GEMV (1, 2 tokens) and the GEMM form (5 tokens), a token with a bad
+// expert id NaN both ways; hidden sizes the fused kernel does not take (96) run the two ops.
+TEST_F(Mxfp4Experts, AddRmsNormFusedEqualsTheTwoOps) {
+  auto fused = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .check_each_op = true, .fuse_moe_norm = true});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  std::mt19937 rng(15);
+  struct Case {
+    int64_t tokens, hidden, inter;
+    bool bad_id;
+  };
+  for (const Case c : {Case{1, 2880, 2880, false}, Case{2, 2880, 1440, true},
+                       Case{5, 2880, 2880, true}, Case{3, 96, 64, false}}) {
+    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, hidden " << c.hidden << ", inter "
+                                      << c.inter << (c.bad_id ? ", a bad id" : ""));
+    const int64_t e = 4, k = 2, h = c.hidden, i = c.inter;
+    const ExpertWeights mx = RandomExperts(e, h, i, rng);
+    const Tensor ids = RandomIds(c.tokens, e, rng, c.bad_id ? 1 : -1);
+    std::vector<float> weight_values(c.tokens * k);
+    for (float& w : weight_values) w = 0.2f + 0.6f * (rng() % 100) / 100.0f;
     const Tensor weights = Upload(weight_values, {c.tokens, k}, DType::kF32).cuda;
     const Tensor x = Upload(RandomBf16(c.tokens * h, rng), {c.tokens, h}).cuda;
     const std::vector<float> residual_values = RandomBf16(c.tokens * h, rng, -4, 4);
