@@ -25,8 +25,8 @@ struct PagedAttentionArgs {
   int64_t out_token_stride = 0;
   const void* k_cache = nullptr;  // bf16 [num_blocks, block_size, kv_heads, head_dim]; FP8: codes
   const void* v_cache = nullptr;
-  // FP8 cache (kernels::KvLayer): f32 [num_blocks * block_size, kv_heads], set together; null:
-  // bf16 (k_cache / v_cache then hold E4M3 codes). Every kernel here reads either.
+  // FP8 cache (kernels::KvLayer): f32 [num_blocks * block_size, kv_heads], set together, and
+  // k_cache / v_cache hold E4M3 codes; null: a bf16 cache. Every kernel here reads either.
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   const int32_t* query_start = nullptr;   // [num_seqs + 1]

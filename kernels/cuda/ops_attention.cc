@@ -8,7 +8,6 @@
 #include "common/status.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/op_util.h"
 #include "kernels/cuda/paged_kv.h"
 #include "kernels/cuda/qk_norm_rope.h"
@@ -307,12 +306,11 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                                  static_cast<int>(head_dim), static_cast<int>(ctas));
       RETURN_IF_ERROR(Reserve(decode_partials_, static_cast<size_t>(floats) * sizeof(float)));
       args.decode_partials = static_cast<float*>(decode_partials_.view().data);
-      // The merge counters start at zero (each launch leaves them so): zeroed when allocated.
-      const void* before = decode_counters_.empty() ? nullptr : decode_counters_.view().data;
-      RETURN_IF_ERROR(Reserve(decode_counters_, static_cast<size_t>(pairs) * sizeof(int32_t)));
-      if (decode_counters_.view().data != before) {
-        RETURN_IF_CUDA_ERROR(cudaMemsetAsync(decode_counters_.view().data, 0,
-                                             decode_counters_.view().nbytes(), stream_));
+      // Zero-filled at Create and left zero by every launch; sized there for every pair count
+      // that splits (ctas > 1 needs pairs < 2 * sm_count_).
+      if (decode_counters_.view().nbytes() < static_cast<size_t>(pairs) * sizeof(int32_t)) {
+        return OpError(kOp, absl::StrCat(pairs, " (sequence, kv head) pairs split over CTAs: more "
+                                         "than the merge counters hold"));
       }
       args.decode_counters = static_cast<int32_t*>(decode_counters_.view().data);
     }

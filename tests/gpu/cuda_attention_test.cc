@@ -1,6 +1,7 @@
 // Paged KV write and attention on the CUDA backend against the CPU backend: random paged layouts
 // (shuffled physical blocks), mixed batches of prefill chunks with context and decode rows, GQA,
-// sliding windows, sinks, several head dims and block sizes, q as a strided column slice.
+// sliding windows, sinks, several head dims and block sizes, q as a strided column slice; bf16
+// and FP8 caches.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -22,6 +23,7 @@ struct AttnCase {
   int heads, kv_heads, head_dim, block_size, window;
   bool sinks;
   std::vector<SeqSpec> seqs;
+  bool fp8 = false;  // an FP8 cache (codes + (slot, kv head) scales) on both backends
 };
 
 class CudaAttention : public CudaVsCpuTest, public ::testing::WithParamInterface<AttnCase> {
@@ -68,7 +70,18 @@ TEST_P(CudaAttention, MatchesCpu) {
                              {num_blocks, c.block_size, kvh, hd});
   const Twin v_pool = Upload(std::vector<float>(pool_elems, 0.0f),
                              {num_blocks, c.block_size, kvh, hd});
-  const KvLayer kv_cpu{k_pool.cpu, v_pool.cpu}, kv_cuda{k_pool.cuda, v_pool.cuda};
+  KvLayer kv_cpu{k_pool.cpu, v_pool.cpu}, kv_cuda{k_pool.cuda, v_pool.cuda};
+  if (c.fp8) {  // codes and scales, zeroed by Allocate on both backends
+    const std::vector<int64_t> codes{num_blocks, c.block_size, kvh, hd};
+    const std::vector<int64_t> scales{num_blocks, c.block_size, kvh};
+    for (auto& [b, kv] : {std::pair<Backend*, KvLayer*>{&cpu(), &kv_cpu},
+                          std::pair<Backend*, KvLayer*>{&cuda(), &kv_cuda}}) {
+      *kv = KvLayer{.k = Keep(b->Allocate(DType::kF8E4M3, codes)),
+                    .v = Keep(b->Allocate(DType::kF8E4M3, codes)),
+                    .k_scale = Keep(b->Allocate(DType::kF32, scales)),
+                    .v_scale = Keep(b->Allocate(DType::kF32, scales))};
+    }
+  }
 
   // Keys and values of every token, written through WriteKv (one call, strided like q/k/v slices
   // of a fused projection: [T, 2 * kv * hd]).
@@ -82,8 +95,20 @@ TEST_P(CudaAttention, MatchesCpu) {
   ASSERT_TRUE(cpu().WriteKv(k_new.cpu, v_new.cpu, kv_cpu, slot_t.cpu).ok());
   const absl::Status write = cuda().WriteKv(k_new.cuda, v_new.cuda, kv_cuda, slot_t.cuda);
   ASSERT_TRUE(write.ok()) << write;
-  EXPECT_EQ(Error(k_pool), 0.0);
-  EXPECT_EQ(Error(v_pool), 0.0);
+  if (c.fp8) {  // the same codes and scales, byte for byte
+    const auto bytes = [](Backend& b, const Tensor& t) {
+      std::vector<uint8_t> out(t.nbytes());
+      EXPECT_TRUE(b.CopyToHost(t, out.data()).ok());
+      return out;
+    };
+    EXPECT_EQ(bytes(cpu(), kv_cpu.k), bytes(cuda(), kv_cuda.k));
+    EXPECT_EQ(bytes(cpu(), kv_cpu.v), bytes(cuda(), kv_cuda.v));
+    EXPECT_EQ(bytes(cpu(), kv_cpu.k_scale), bytes(cuda(), kv_cuda.k_scale));
+    EXPECT_EQ(bytes(cpu(), kv_cpu.v_scale), bytes(cuda(), kv_cuda.v_scale));
+  } else {
+    EXPECT_EQ(Error(k_pool), 0.0);
+    EXPECT_EQ(Error(v_pool), 0.0);
+  }
 
   // Queries: a column slice of [q_tokens, (h + 1) * hd], scaled up so softmax is not flat.
   const Twin q_buf = Upload(RandomBf16(q_tokens * (h + 1) * hd, rng, -3, 3),
@@ -155,6 +180,15 @@ TEST_P(CudaAttention, MatchesCpu) {
       ASSERT_TRUE(run.ok()) << run;
       ASSERT_TRUE((*variant)->Synchronize().ok());
       EXPECT_LE(Error(Twin{out.cpu, out_variant.cuda}), kBf16OutTol);
+      // Again on the same backend: the same bits (the decode kernel's merge counters are back at
+      // zero after every launch).
+      const std::vector<float> once = DownloadCuda(out_variant.cuda);
+      UploadCuda(std::vector<float>(once.size(), NAN), out_variant.cuda);
+      ASSERT_TRUE(cuda().Synchronize().ok());
+      ASSERT_TRUE((*variant)->Attention(q.cuda, kv_cuda, b, p_cuda, out_variant.cuda).ok());
+      ASSERT_TRUE((*variant)->Synchronize().ok());
+      const std::vector<float> twice = DownloadCuda(out_variant.cuda);
+      EXPECT_EQ(std::memcmp(once.data(), twice.data(), once.size() * sizeof(float)), 0);
     }
   }
 }
@@ -196,7 +230,15 @@ INSTANTIATE_TEST_SUITE_P(
                  {{0, 1}, {127, 1}, {128, 1}, {1000, 1}, {300, 2}}},
         AttnCase{"DecodeGptOssFullSinks", 64, 8, 64, 16, 0, true, {{2500, 1}, {40, 2}}},
         // MHA (group 1): up to 16 new rows per sequence on the decode kernel.
-        AttnCase{"DecodeMhaChunks", 4, 4, 128, 16, 0, false, {{100, 16}, {3, 9}, {600, 1}}}),
+        AttnCase{"DecodeMhaChunks", 4, 4, 128, 16, 0, false, {{100, 16}, {3, 9}, {600, 1}}},
+        // FP8 caches: long chunks over several 64-key flash tiles, decodes split over CTAs,
+        // gpt-oss heads with window and sinks, a head size only the CUDA-core kernel takes.
+        AttnCase{"Fp8LongChunksGqaHd128", 32, 8, 128, 16, 0, false,
+                 {{0, 300}, {150, 70}, {900, 1}, {3, 1}}, true},
+        AttnCase{"Fp8GptOssWindowSinks", 64, 8, 64, 16, 128, true,
+                 {{0, 200}, {1000, 1}, {300, 2}}, true},
+        AttnCase{"Fp8SplitGridGqa", 32, 8, 128, 16, 0, false, {{900, 1}, {300, 1}}, true},
+        AttnCase{"Fp8Hd80Window33", 6, 3, 80, 8, 33, false, {{100, 2}, {0, 70}}, true}),
     [](const ::testing::TestParamInfo<AttnCase>& info) { return info.param.name; });
 
 // A decode row alone (few rows: its key splits run in parallel CTAs) and the same row next to a

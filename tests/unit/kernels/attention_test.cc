@@ -363,10 +363,11 @@ TEST_P(AttentionOpTest, PagedMixedBatchMatchesDenseReference) {
   }
 }
 
-// The FP8 cache over the mixed steps plus a 20-row prefill chunk (a tensor-core prefill row on
-// CUDA) and a decode over 71 keys (more than one split): WriteKv stores the host quantiser's
-// codes and scales, Attention reads their decoded values (within the non-FP8 bounds of that
-// reference). Head sizes the kernels take whole (64, 128) in every layout; 32, 80 and 256 once.
+// The FP8 cache over the mixed steps plus a 20-row prefill chunk and a decode over 71 keys (two
+// of the CUDA-core kernel's 64-key splits): WriteKv stores the host quantiser's codes and scales,
+// Attention reads their decoded values (within the non-FP8 bounds of that reference). Head sizes
+// the kernels take whole (64, 128) in every layout; 32, 80 and 256 once. (The tensor-core
+// kernels' FP8 paths: CudaAttention's Fp8* cases in tests/gpu.)
 TEST_P(AttentionOpTest, Fp8CacheMixedBatchMatchesItsDecodedReference) {
   std::vector<SeqSpec> seqs = kMixedBatch;
   seqs.push_back({40, 20});
