@@ -95,17 +95,20 @@ uint8_t FloatToF8E4M3Saturating(float value) {
   if (std::isnan(value) || std::isinf(value)) return static_cast<uint8_t>(sign | 0x7F);
   const float magnitude = std::fabs(value);
   if (magnitude >= 448.0f) return static_cast<uint8_t>(sign | 0x7E);
-  // 127 finite non-negative codes, monotonic in value: pick the nearest, ties to the even code.
-  uint8_t best = 0;
-  float best_err = magnitude;
-  for (uint8_t code = 1; code < 0x7F; ++code) {
-    const float err = std::fabs(F8E4M3ToFloat(code) - magnitude);
-    if (err < best_err || (err == best_err && (code & 1u) == 0)) {
-      best = code;
-      best_err = err;
-    }
+  // Codes are monotonic in value and evenly spaced within a binade, so the nearest one (ties to
+  // the even code) is a round-to-nearest-even of the value in units of its binade's spacing; the
+  // scalings are by powers of two (exact), std::nearbyint rounds to nearest even. Below 2^-6 the
+  // subnormal codes are 2^-9 apart, and 8 units there is the first normal code.
+  if (magnitude < 0.015625f) {
+    return static_cast<uint8_t>(sign | static_cast<int>(std::nearbyint(magnitude * 512.0f)));
   }
-  return static_cast<uint8_t>(sign | best);
+  int exp = 0;
+  std::frexp(magnitude, &exp);  // magnitude in [2^(exp - 1), 2^exp)
+  const int binade = exp - 1;
+  // 8 .. 16 units of 2^(binade - 3): 16 is the next binade's first code, which the sum reaches.
+  const int units = static_cast<int>(std::nearbyint(std::ldexp(magnitude, 3 - binade)));
+  const int code = ((binade + 7) << 3) + units - 8;
+  return static_cast<uint8_t>(sign | (code > 0x7E ? 0x7E : code));
 }
 
 absl::Status ConvertToFloat(DType dtype, std::span<const std::byte> src, std::span<float> dst) {

@@ -102,6 +102,33 @@ TEST(FloatConvertTest, EncodersRoundToNearestEven) {
   EXPECT_EQ(FloatToF8E4M3Saturating(NAN), 0x7F);
 }
 
+// The E4M3 encoder against a brute-force nearest-code search (ties to the even code) at every
+// code, every midpoint between neighbours, one ulp either side of it, and both signs: the
+// subnormal range, binade edges and the saturation at 448 included.
+TEST(FloatConvertTest, E4M3EncoderIsTheNearestCodeTiesToEven) {
+  const auto nearest = [](float value) {
+    const float magnitude = std::fabs(value);
+    uint8_t best = 0;
+    float best_err = magnitude;
+    for (uint8_t code = 1; code < 0x7F; ++code) {
+      const float err = std::fabs(F8E4M3ToFloat(code) - magnitude);
+      if (err < best_err || (err == best_err && (code & 1u) == 0)) best = code, best_err = err;
+    }
+    return static_cast<uint8_t>((std::signbit(value) ? 0x80 : 0) | best);
+  };
+  for (int c = 0; c < 0x7E; ++c) {
+    const float v = F8E4M3ToFloat(static_cast<uint8_t>(c));
+    const float mid = (v + F8E4M3ToFloat(static_cast<uint8_t>(c + 1))) / 2;
+    for (const float x : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      EXPECT_EQ(FloatToF8E4M3Saturating(x), nearest(x)) << x;
+      EXPECT_EQ(FloatToF8E4M3Saturating(-x), nearest(-x)) << -x;
+    }
+  }
+  for (const float x : {447.9f, 448.0f, 460.0f, 1e-10f, 0.0f, -0.0f}) {
+    EXPECT_EQ(FloatToF8E4M3Saturating(x), x >= 448.0f ? 0x7E : nearest(x)) << x;
+  }
+}
+
 TEST(FloatConvertTest, ConvertToFloatHandlesUnalignedInput) {
   const uint16_t values[3] = {0x3F80, 0xC000, 0x4049};
   std::vector<std::byte> buffer(1 + sizeof(values));
