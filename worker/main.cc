@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/grpc/server.h"
@@ -533,6 +534,7 @@ int Run(const WorkerFlags& f) {
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = *num_blocks;
+  identity.kv_cache_dtype = kv_layout.fp8 ? "fp8_e4m3" : absl::AsciiStrToLower(identity.dtype);
 
   if (!IsLeader(f)) {
     return RunPeer(f, ec, backend, **model, *kv, service, identity, bound_port, fail);

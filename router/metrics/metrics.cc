@@ -62,6 +62,13 @@ std::string Metrics::Render() const {
   gauge("kv_cache_usage_perc", "KV-cache usage, 1 = full (mean over replicas).", workers_.kv_usage);
   gauge("replicas_ready", "Replicas in rotation.", workers_.replicas_ready);
   gauge("replicas_total", "Replicas configured.", workers_.replicas_total);
+  if (!workers_.cache_dtype.empty()) {  // an info gauge, as vLLM's cache_config_info
+    out << "# HELP " << kPrefix << "cache_config_info KV cache configuration of the replicas.\n"
+        << "# TYPE " << kPrefix << "cache_config_info gauge\n"
+        << kPrefix << "cache_config_info{block_size=\"" << workers_.block_size
+        << "\",cache_dtype=\"" << workers_.cache_dtype << "\",num_gpu_blocks=\""
+        << workers_.num_blocks << "\"} 1\n";
+  }
   auto counter = [&](const char* name, const char* help, double value) {
     out << "# HELP " << kPrefix << name << " " << help << "\n# TYPE " << kPrefix << name
         << " counter\n"

@@ -35,6 +35,9 @@ class Metrics {
     double prefix_queries = 0, prefix_hits = 0, preemptions = 0;
     double overlapped_steps = 0;  // pipelined steps started while another was in flight
     double replicas_ready = 0, replicas_total = 0;
+    // The replicas' KV cache configuration (from the first one's Info; empty until known).
+    std::string cache_dtype;
+    int64_t block_size = 0, num_blocks = 0;
   };
   void SetWorkerTotals(const WorkerTotals& totals);
 

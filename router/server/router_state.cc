@@ -32,6 +32,11 @@ void RouterState::RefreshWorkerMetrics() {
   }
   totals.replicas_ready = ready;
   if (ready > 0) totals.kv_usage /= ready;
+  if (const auto info = pool->Info(); info && !info->kv_cache_dtype().empty()) {
+    totals.cache_dtype = info->kv_cache_dtype();
+    totals.block_size = info->block_size();
+    totals.num_blocks = static_cast<int64_t>(info->kv_capacity_blocks());
+  }
   metrics.SetWorkerTotals(totals);
 }
 

@@ -252,6 +252,9 @@ TEST(Parallel, Fp8KvCacheLayoutsMatchSingleRank) {
       return std::vector<Completion>{};
     }
     std::vector<Completion> out = CompleteConcurrently(stack, kTokens);
+    EXPECT_NE(HttpCall(stack.supervisor().port(), "GET", "/metrics")
+                  .body.find("cache_dtype=\"fp8_e4m3\""),
+              std::string::npos);
     for (int i = 0; preemptions != nullptr && i < 20 && *preemptions <= 0; ++i) {
       *preemptions = stack.Metric("num_preemptions_total");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

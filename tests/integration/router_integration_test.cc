@@ -261,6 +261,11 @@ TEST_F(RouterTest, HealthReadyModelsMetrics) {
                            "xserv:e2e_request_latency_seconds_count"}) {
     EXPECT_NE(metrics.find(name), std::string::npos) << name;
   }
+  // The KV cache's configuration as an info gauge: f32 on the CPU backend, 16-token blocks.
+  EXPECT_NE(metrics.find("xserv:cache_config_info{block_size=\"16\",cache_dtype=\"f32\","
+                         "num_gpu_blocks=\""),
+            std::string::npos)
+      << metrics;
 }
 
 TEST(RouterAdmission, OverloadGets429AndApiKeyIsEnforced) {

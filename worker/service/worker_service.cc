@@ -113,6 +113,7 @@ grpc::ServerUnaryReactor* WorkerService::Info(grpc::CallbackServerContext* conte
   *response->mutable_layout() = id.layout;
   for (int32_t eos : id.eos_token_ids) response->add_eos_token_ids(static_cast<uint32_t>(eos));
   response->set_kv_capacity_blocks(static_cast<uint64_t>(id.kv_capacity_blocks));
+  response->set_kv_cache_dtype(id.kv_cache_dtype);
   response->set_block_size(static_cast<uint32_t>(id.block_size));
   response->set_version(VersionString());
   if (engine::Engine* engine = engine_.load(); engine != nullptr) {

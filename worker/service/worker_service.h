@@ -28,6 +28,7 @@ struct WorkerIdentity {
   std::vector<int32_t> eos_token_ids;
   int64_t kv_capacity_blocks = 0;
   int32_t block_size = 16;
+  std::string kv_cache_dtype;  // the compute dtype ("f32", "bf16") or "fp8_e4m3"
 };
 
 class WorkerService final : public xserv::worker::v1::Worker::CallbackService {
