@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
 #include "kernels/sampling.h"
 #include "kernels/tensor.h"
 
@@ -128,6 +129,29 @@ inline absl::Status ExpectFp8Weight(const char* op, const Tensor& codes, const T
   const int64_t rows = (codes.dim(0) + block - 1) / block, cols = (k + block - 1) / block;
   if (absl::Status s = ExpectDim(op, "FP8 scales", scales, 0, rows); !s.ok()) return s;
   return ExpectDim(op, "FP8 scales", scales, 1, cols);
+}
+
+// One layer's paged KV pools (KvLayer): contiguous K and V of one shape [blocks, block_size,
+// kv_heads, head_dim], in `dtype` (the backend's compute dtype) or as FP8 codes, then with
+// contiguous f32 scales [blocks, block_size, kv_heads] for each.
+inline absl::Status ExpectKvPools(const char* op, const KvLayer& kv, DType dtype) {
+  if (kv.fp8()) dtype = DType::kF8E4M3;
+  if (absl::Status s = ExpectDType(op, "kv.k", kv.k, dtype); !s.ok()) return s;
+  if (absl::Status s = ExpectDType(op, "kv.v", kv.v, dtype); !s.ok()) return s;
+  if (absl::Status s = ExpectRank(op, "kv.k", kv.k, 4); !s.ok()) return s;
+  if (absl::Status s = ExpectContiguous(op, "kv.k", kv.k); !s.ok()) return s;
+  if (absl::Status s = ExpectContiguous(op, "kv.v", kv.v); !s.ok()) return s;
+  if (absl::Status s = ExpectSameShape(op, kv.k, kv.v); !s.ok()) return s;
+  if (!kv.fp8()) return absl::OkStatus();
+  for (const Tensor* scales : {&kv.k_scale, &kv.v_scale}) {
+    if (absl::Status s = ExpectDType(op, "kv scales", *scales, DType::kF32); !s.ok()) return s;
+    if (absl::Status s = ExpectRank(op, "kv scales", *scales, 3); !s.ok()) return s;
+    if (absl::Status s = ExpectContiguous(op, "kv scales", *scales); !s.ok()) return s;
+    for (int i = 0; i < 3; ++i) {
+      if (absl::Status s = ExpectDim(op, "kv scales", *scales, i, kv.k.dim(i)); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace xserv::kernels

@@ -20,21 +20,7 @@ namespace {
 
 // f32 pools, or FP8 codes with their f32 (slot, kv head) scales.
 absl::Status CheckKv(const char* op, const KvLayer& kv) {
-  const DType dtype = kv.fp8() ? DType::kF8E4M3 : DType::kF32;
-  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, dtype));
-  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, dtype));
-  RETURN_IF_ERROR(ExpectRank(op, "kv.k", kv.k, 4));
-  RETURN_IF_ERROR(ExpectContiguous(op, "kv.k", kv.k));
-  RETURN_IF_ERROR(ExpectContiguous(op, "kv.v", kv.v));
-  RETURN_IF_ERROR(ExpectSameShape(op, kv.k, kv.v));
-  if (!kv.fp8()) return absl::OkStatus();
-  for (const Tensor* scales : {&kv.k_scale, &kv.v_scale}) {
-    RETURN_IF_ERROR(ExpectDType(op, "kv scales", *scales, DType::kF32));
-    RETURN_IF_ERROR(ExpectRank(op, "kv scales", *scales, 3));
-    RETURN_IF_ERROR(ExpectContiguous(op, "kv scales", *scales));
-    for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(ExpectDim(op, "kv scales", *scales, i, kv.k.dim(i)));
-  }
-  return absl::OkStatus();
+  return ExpectKvPools(op, kv, DType::kF32);
 }
 
 // Writes one new row (every kv head of one token) into `slot` of a pool: f32 as is, FP8 as

@@ -310,13 +310,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     OnlineSoftmaxUpdate<2, kDim>(sc, tile_max, m, l, o);
-    if constexpr (kFp8) {  // the normaliser took the probabilities; P V takes them times V's scales
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nt][e] *= tile_scales[kTileKeys + nt * 8 + 2 * q4 + e % 2];
-      }
-    }
+    if constexpr (kFp8) ScaleByKey<2>(sc, tile_scales + kTileKeys, q4);  // V's scales
     AccumulatePV<2, kDim, kLd>(o, sc, v_s, lane);
     __syncwarp();  // the stage is read before a later issue overwrites it
   }

@@ -236,13 +236,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
       }
     }
     OnlineSoftmaxUpdate<kTileKeys / 8, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
-    if constexpr (kFp8) {  // the normaliser took the probabilities; P V takes them times V's scales
-#pragma unroll
-      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nt][e] *= tile_scales[kTileKeys + nt * 8 + 2 * q4 + e % 2];
-      }
-    }
+    if constexpr (kFp8) ScaleByKey<kTileKeys / 8>(sc, tile_scales + kTileKeys, q4);  // V's
     AccumulatePV<kTileKeys / 8, kDim, kLd>(o, sc, v_s, lane);
   }
   // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.

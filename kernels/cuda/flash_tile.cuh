@@ -127,6 +127,17 @@ __device__ __forceinline__ void OnlineSoftmaxUpdate(float (&sc)[kN8][4], const f
   }
 }
 
+// Each probability times its key's entry of `scales` (an FP8 cache's V scales, so that P V over
+// the codes is P V over the values); the normaliser has taken the probabilities already.
+template <int kN8>
+__device__ __forceinline__ void ScaleByKey(float (&sc)[kN8][4], const float* scales, int q4) {
+#pragma unroll
+  for (int nt = 0; nt < kN8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sc[nt][e] *= scales[nt * 8 + 2 * q4 + e % 2];
+  }
+}
+
 // o += P V over the tile's kN8 / 2 slices of 16 keys: P rounded to bf16 as A fragments straight
 // from the probabilities, V fragments by ldmatrix.trans from shared memory (row stride kLd).
 template <int kN8, int kDim, int kLd>

@@ -37,4 +37,30 @@ inline RowsView AsRows(const Tensor& t) {
   return RowsView{t.data, rows, cols, stride};
 }
 
+// A normalisation's operands: bf16 CUDA rows x and out of one shape, a bf16 weight [cols].
+inline absl::Status ExpectNormOperands(const char* op, const Tensor& x, const Tensor& weight,
+                                       const Tensor& out) {
+  for (const Tensor* t : {&x, &weight, &out}) {
+    if (absl::Status s = ExpectCuda(op, "operand", *t); !s.ok()) return s;
+    if (absl::Status s = ExpectDType(op, "operand", *t, DType::kBF16); !s.ok()) return s;
+  }
+  if (absl::Status s = ExpectRowMajor(op, "x", x); !s.ok()) return s;
+  if (absl::Status s = ExpectRowMajor(op, "out", out); !s.ok()) return s;
+  if (absl::Status s = ExpectSameShape(op, x, out); !s.ok()) return s;
+  if (absl::Status s = ExpectRank(op, "weight", weight, 1); !s.ok()) return s;
+  if (absl::Status s = ExpectDim(op, "weight", weight, 0, x.dim(-1)); !s.ok()) return s;
+  return ExpectIntRange(op, "rows", AsRows(x).rows);
+}
+
+// AddRmsNorm's: ExpectNormOperands plus a bf16 CUDA residual of x's shape.
+inline absl::Status ExpectAddRmsNormOperands(const char* op, const Tensor& x,
+                                             const Tensor& residual, const Tensor& weight,
+                                             const Tensor& out) {
+  if (absl::Status s = ExpectNormOperands(op, x, weight, out); !s.ok()) return s;
+  if (absl::Status s = ExpectCuda(op, "residual", residual); !s.ok()) return s;
+  if (absl::Status s = ExpectDType(op, "residual", residual, DType::kBF16); !s.ok()) return s;
+  if (absl::Status s = ExpectRowMajor(op, "residual", residual); !s.ok()) return s;
+  return ExpectSameShape(op, x, residual);
+}
+
 }  // namespace xserv::kernels::cuda

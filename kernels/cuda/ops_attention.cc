@@ -18,34 +18,21 @@ namespace {
 
 // bf16 pools, or FP8 codes with their f32 (slot, kv head) scales.
 absl::Status CheckKv(const char* op, const KvLayer& kv) {
-  const DType dtype = kv.fp8() ? DType::kF8E4M3 : DType::kBF16;
-  RETURN_IF_ERROR(ExpectCuda(op, "kv.k", kv.k));
-  RETURN_IF_ERROR(ExpectCuda(op, "kv.v", kv.v));
-  RETURN_IF_ERROR(ExpectDType(op, "kv.k", kv.k, dtype));
-  RETURN_IF_ERROR(ExpectDType(op, "kv.v", kv.v, dtype));
-  RETURN_IF_ERROR(ExpectRank(op, "kv.k", kv.k, 4));
-  RETURN_IF_ERROR(ExpectContiguous(op, "kv.k", kv.k));
-  RETURN_IF_ERROR(ExpectContiguous(op, "kv.v", kv.v));
-  RETURN_IF_ERROR(ExpectSameShape(op, kv.k, kv.v));
+  RETURN_IF_ERROR(ExpectKvPools(op, kv, DType::kBF16));
+  for (const Tensor* t : {&kv.k, &kv.v}) RETURN_IF_ERROR(ExpectCuda(op, "kv pool", *t));
+  if (kv.fp8()) {
+    for (const Tensor* t : {&kv.k_scale, &kv.v_scale}) {
+      RETURN_IF_ERROR(ExpectCuda(op, "kv scales", *t));
+    }
+  }
   // The kernels read cache rows 16 bytes at a time.
   for (const Tensor* pool : {&kv.k, &kv.v}) {
     if (reinterpret_cast<uintptr_t>(pool->data) % 16 != 0) {
       return OpError(op, "KV pools must be 16-byte aligned");
     }
   }
-  if (kv.fp8()) {
-    if (kv.k.dim(3) > kMaxHeadDim) {
-      return OpError(op, absl::StrCat("FP8 cache: head_dim ", kv.k.dim(3), " above ", kMaxHeadDim));
-    }
-    for (const Tensor* scales : {&kv.k_scale, &kv.v_scale}) {
-      RETURN_IF_ERROR(ExpectCuda(op, "kv scales", *scales));
-      RETURN_IF_ERROR(ExpectDType(op, "kv scales", *scales, DType::kF32));
-      RETURN_IF_ERROR(ExpectRank(op, "kv scales", *scales, 3));
-      RETURN_IF_ERROR(ExpectContiguous(op, "kv scales", *scales));
-      for (int i = 0; i < 3; ++i) {
-        RETURN_IF_ERROR(ExpectDim(op, "kv scales", *scales, i, kv.k.dim(i)));
-      }
-    }
+  if (kv.fp8() && kv.k.dim(3) > kMaxHeadDim) {
+    return OpError(op, absl::StrCat("FP8 cache: head_dim ", kv.k.dim(3), " above ", kMaxHeadDim));
   }
   return ExpectIntRange(op, "num_blocks", kv.k.dim(0));
 }
@@ -105,20 +92,20 @@ absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const KvLaye
   RETURN_IF_ERROR(CheckI32Vector(kOp, "slot_mapping", slot_mapping, k.dim(0)));
   RETURN_IF_ERROR(ExpectIntRange(kOp, "tokens", k.dim(0)));
   RETURN_IF_ERROR(CheckIndices(kOp, "slot", slot_mapping, kv.k.dim(0) * kv.k.dim(1)));
+  RETURN_IF_ERROR(ExpectIntRange(kOp, "kv_heads * head_dim", kv.k.dim(2) * kv.k.dim(3)));
   const WriteKvArgs args{.k = k.data,
                          .v = v.data,
                          .k_token_stride = k.stride(0),
                          .v_token_stride = v.stride(0),
                          .tokens = k.dim(0),
-                         .slot_elems = kv.k.dim(2) * kv.k.dim(3),
+                         .kv_heads = static_cast<int>(kv.k.dim(2)),
+                         .head_dim = static_cast<int>(kv.k.dim(3)),
                          .slots = slot_mapping.as<int32_t>(),
                          .k_cache = kv.k.data,
                          .v_cache = kv.v.data,
                          .num_slots = kv.k.dim(0) * kv.k.dim(1),
                          .k_scale = KScales(kv),
-                         .v_scale = VScales(kv),
-                         .kv_heads = static_cast<int>(kv.k.dim(2)),
-                         .head_dim = static_cast<int>(kv.k.dim(3))};
+                         .v_scale = VScales(kv)};
   return Launched(kOp, LaunchWriteKv(args, stream_));
 }
 

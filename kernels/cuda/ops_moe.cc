@@ -126,16 +126,8 @@ absl::Status CudaBackend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids,
                                             float eps, const Tensor& normed) {
   constexpr const char* kOp = "ExpertsAddRmsNorm";
   if (options_.fuse_moe_norm && experts.format == ExpertWeights::Format::kMxfp4) {
-    for (const Tensor* t : {&residual, &norm_weight, &normed}) {
-      RETURN_IF_ERROR(ExpectCuda(kOp, "norm operand", *t));
-      RETURN_IF_ERROR(ExpectDType(kOp, "norm operand", *t, DType::kBF16));
-    }
-    RETURN_IF_ERROR(ExpectRowMajor(kOp, "residual", residual));
-    RETURN_IF_ERROR(ExpectRowMajor(kOp, "normed", normed));
-    RETURN_IF_ERROR(ExpectSameShape(kOp, out, residual));
-    RETURN_IF_ERROR(ExpectSameShape(kOp, out, normed));
-    RETURN_IF_ERROR(ExpectRank(kOp, "norm weight", norm_weight, 1));
-    RETURN_IF_ERROR(ExpectDim(kOp, "norm weight", norm_weight, 0, out.dim(-1)));
+    // The norm's operands as AddRmsNorm(out, residual, norm_weight, normed) checks them.
+    RETURN_IF_ERROR(ExpectAddRmsNormOperands(kOp, out, residual, norm_weight, normed));
     const NormArgs probe{.x = {.data = nullptr, .rows = out.dim(0), .cols = out.dim(-1)},
                          .residual = AsRows(residual),
                          .out = AsRows(normed),

@@ -23,9 +23,10 @@ __global__ void __launch_bounds__(kThreads) WriteKvKernel(const __grid_constant_
   if (slot < 0 || slot >= a.num_slots) return;
   const bf16* k = static_cast<const bf16*>(a.k) + t * a.k_token_stride;
   const bf16* v = static_cast<const bf16*>(a.v) + t * a.v_token_stride;
-  bf16* kc = static_cast<bf16*>(a.k_cache) + static_cast<int64_t>(slot) * a.slot_elems;
-  bf16* vc = static_cast<bf16*>(a.v_cache) + static_cast<int64_t>(slot) * a.slot_elems;
-  for (int64_t i = threadIdx.x; i < a.slot_elems; i += kThreads) {
+  const int64_t slot_elems = int64_t{a.kv_heads} * a.head_dim;  // one token's keys in the cache
+  bf16* kc = static_cast<bf16*>(a.k_cache) + static_cast<int64_t>(slot) * slot_elems;
+  bf16* vc = static_cast<bf16*>(a.v_cache) + static_cast<int64_t>(slot) * slot_elems;
+  for (int64_t i = threadIdx.x; i < slot_elems; i += kThreads) {
     kc[i] = k[i];
     vc[i] = v[i];
   }

@@ -14,16 +14,15 @@ struct WriteKvArgs {
   int64_t k_token_stride = 0;
   int64_t v_token_stride = 0;
   int64_t tokens = 0;
-  int64_t slot_elems = 0;       // kv_heads * head_dim: one token's keys in the cache
+  int kv_heads = 0;
+  int head_dim = 0;                // FP8: <= kMaxHeadDim
   const int32_t* slots = nullptr;  // [tokens]; slots outside [0, num_slots) are skipped
-  void* k_cache = nullptr;      // bf16 [num_blocks * block_size, slot_elems]; FP8: E4M3 codes
+  void* k_cache = nullptr;  // bf16 [num_blocks * block_size, kv_heads * head_dim]; FP8: E4M3 codes
   void* v_cache = nullptr;
   int64_t num_slots = 0;
   // FP8 cache (kernels::KvLayer): f32 [num_slots, kv_heads] scales, set together; null: bf16.
   float* k_scale = nullptr;
   float* v_scale = nullptr;
-  int kv_heads = 0;  // FP8: slot_elems = kv_heads * head_dim, head_dim <= kMaxHeadDim
-  int head_dim = 0;
 };
 
 cudaError_t LaunchWriteKv(const WriteKvArgs& args, cudaStream_t stream);

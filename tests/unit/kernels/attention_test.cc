@@ -65,18 +65,11 @@ struct Fp8Quantised {
   std::vector<float> decoded;
 };
 Fp8Quantised QuantiseKv(const std::vector<float>& values, int64_t head_dim) {
-  Fp8Quantised q;
-  const int64_t heads = static_cast<int64_t>(values.size()) / head_dim;
-  q.codes.resize(values.size());
-  q.decoded.resize(values.size());
-  for (int64_t h = 0; h < heads; ++h) {
-    const float scale = QuantizeFp8Group(
-        std::span(values).subspan(h * head_dim, head_dim), q.codes.data() + h * head_dim);
-    q.scales.push_back(scale);
-    for (int64_t d = 0; d < head_dim; ++d) {
-      q.decoded[h * head_dim + d] =
-          safetensors::F8E4M3ToFloat(q.codes[h * head_dim + d]) * scale;
-    }
+  // Every head is a group of one long row.
+  Fp8Rows rows = QuantizeFp8Rows(values, 1, static_cast<int64_t>(values.size()), head_dim);
+  Fp8Quantised q{.codes = std::move(rows.codes), .scales = std::move(rows.scales)};
+  for (size_t i = 0; i < q.codes.size(); ++i) {
+    q.decoded.push_back(safetensors::F8E4M3ToFloat(q.codes[i]) * q.scales[i / head_dim]);
   }
   return q;
 }
