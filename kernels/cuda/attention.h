@@ -61,9 +61,6 @@ struct PagedAttentionArgs {
   // decode_partials, merged by a second kernel.
   int decode_ctas_per_head = 1;
   float* decode_partials = nullptr;
-  // With decode_ctas_per_head > 1: [num_seqs * kv_heads] ints, zero before the launch and left
-  // zero by it (the CTA that merges a (sequence, kv head) resets its counter).
-  int* decode_counters = nullptr;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };
 

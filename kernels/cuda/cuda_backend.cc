@@ -37,11 +37,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                        .pdl = options.pdl,
                                        .autotune = options.gemm_autotune}));
   if (options.profile_ops) backend->profiler_ = std::make_unique<OpProfiler>();
-  // The decode attention's merge counters, zeroed once here, outside any graph capture (every
-  // launch leaves them zero): split CTAs run only while (sequence, kv head) pairs number fewer
-  // than two per SM (Attention), so that many counters always suffice.
-  RETURN_IF_ERROR(backend->Reserve(backend->decode_counters_,
-                                   static_cast<size_t>(2 * backend->sm_count_) * sizeof(int32_t)));
   return backend;
 }
 

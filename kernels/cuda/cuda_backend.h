@@ -201,7 +201,6 @@ class CudaBackend final : public Backend {
   Buffer sample_rows_, sample_adjustments_, sample_results_;
   // Attention's split partials (attention.h), grown on demand.
   Buffer attention_partials_, decode_partials_;
-  Buffer decode_counters_;  // LaunchDecodeAttention's merge counters (PagedAttentionArgs)
   // ArgMax's per-chunk partials (softmax.h), grown on demand.
   Buffer argmax_partials_;
   int sm_count_ = 0;  // the device's SMs: how many CTAs fill it

@@ -15,8 +15,7 @@
 //   online softmax over the quad of lanes holding a row;
 //   O += P V    P as bf16 A fragments from the S accumulators, V by ldmatrix.trans.
 // The 4 warps' states merge in shared memory in warp order; with P > 1 each CTA writes its state
-// and the last of the P to finish (an atomic counter per sequence and kv head, reset by it)
-// merges the P states in CTA order: no second kernel. The sink joins the normaliser at the end.
+// and a second kernel merges the P states in CTA order. The sink joins the normaliser at the end.
 // fp32 state; the result depends on P (the host picks it from the batch's size), so the
 // batch-invariant mode does not use this kernel. Bad block-table entries among a row's keys make
 // the row NaN, as in attention.cu.
@@ -80,24 +79,14 @@ struct RowState {
   float l = 0.0f;
   float acc[kDims] = {};
 
-  // kGlobal: the records are other CTAs' (global memory, read past L1).
-  template <bool kGlobal = false>
   __device__ void MergeRecords(const float* rec, int count, int64_t stride, int d0) {
-    const auto load = [](const float* p) {
-      if constexpr (kGlobal) {
-        return __ldcg(p);
-      } else {
-        return *p;
-      }
-    };
-    for (int i = 0; i < count; ++i) m = fmaxf(m, load(rec + i * stride));
+    for (int i = 0; i < count; ++i) m = fmaxf(m, rec[i * stride]);
     for (int i = 0; i < count; ++i) {
       const float* r = rec + i * stride;
-      const float r_m = load(r), r_l = load(r + 1);
-      const float f = r_m == -INFINITY ? 0.0f : expf(r_m - m);
-      l = (isnan(l) || isnan(r_l)) ? NaN() : l + r_l * f;
+      const float f = r[0] == -INFINITY ? 0.0f : expf(r[0] - m);
+      l = (isnan(l) || isnan(r[1])) ? NaN() : l + r[1] * f;
 #pragma unroll
-      for (int d = 0; d < kDims; ++d) acc[d] += load(r + 2 + d0 + d) * f;
+      for (int d = 0; d < kDims; ++d) acc[d] += r[2 + d0 + d] * f;
     }
   }
 
@@ -338,28 +327,28 @@ __global__ void __launch_bounds__(kThreads)
   st.MergeRecords(states + row * kRecord, kWarps, int64_t{kRows} * kRecord, d0);
   if (tiles.ctas == 1) {
     st.Finish(a, s, kvh, row, d0);
-    return;
+  } else {
+    st.Store(PartialsOf(a, s, kvh, kRecord) + (int64_t{z} * kRows + row) * kRecord, d0);
   }
-  // Several CTAs share the keys: each stores its state; the last to finish merges them all in
-  // CTA order (the order, hence the bits, do not depend on which CTA that is) and resets the
-  // counter for the next launch.
-  float* partials = PartialsOf(a, s, kvh, kRecord);
-  st.Store(partials + (int64_t{z} * kRows + row) * kRecord, d0);
-  __threadfence();  // this CTA's state is visible device-wide before it is counted
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    int* counter = a.decode_counters + static_cast<int64_t>(s) * a.kv_heads + kvh;
-    last = atomicAdd(counter, 1) == tiles.ctas - 1;
-    if (last) *counter = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every counted state is visible to the loads below
-  RowState<kDim> merged;
-  merged.template MergeRecords</*kGlobal=*/true>(partials + row * kRecord, tiles.ctas,
-                                                  int64_t{kRows} * kRecord, d0);
-  merged.Finish(a, s, kvh, row, d0);
+}
+
+// One CTA per (sequence, kv head): merges the states of the CTAs that shared its keys, in CTA
+// order (a sequence one CTA covered was finished by it).
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
+  constexpr int kRecord = Layout<kDim>::kRecord;
+  const int s = blockIdx.x, kvh = blockIdx.y;
+  const int q_len = a.query_start[s + 1] - a.query_start[s];
+  if (!DecodeRows(a, q_len)) return;
+  const KeyTiles tiles = KeyTilesOf(a, a.seq_lens[s], q_len);
+  if (tiles.ctas == 1) return;
+  const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
+  RowState<kDim> st;
+  st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, tiles.ctas,
+                  int64_t{kRows} * kRecord, d0);
+  st.Finish(a, s, kvh, row, d0);
 }
 
 template <int kDim, bool kFp8>
@@ -371,8 +360,16 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
-  return LaunchMaybePdl(DecodeAttentionKernel<kDim, kFp8>, grid, kThreads,
-                        static_cast<size_t>(kSmem), stream, a.pdl, a);
+  if (const cudaError_t err = LaunchMaybePdl(DecodeAttentionKernel<kDim, kFp8>, grid, kThreads,
+                                             static_cast<size_t>(kSmem), stream, a.pdl, a);
+      err != cudaSuccess) {
+    return err;
+  }
+  if (ctas > 1) {
+    const dim3 merge_grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads));
+    return LaunchMaybePdl(MergeDecodeKernel<kDim>, merge_grid, kThreads, 0, stream, a.pdl, a);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -390,8 +387,7 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
   if (args.tokens == 0 || args.num_seqs == 0 || args.decode_max_rows < 1) return cudaSuccess;
   if (args.decode_max_rows > kDecodeTileRows || args.decode_ctas_per_head < 1 ||
       args.decode_ctas_per_head > 65535 ||
-      (args.decode_ctas_per_head > 1 &&
-       (args.decode_partials == nullptr || args.decode_counters == nullptr)) ||
+      (args.decode_ctas_per_head > 1 && args.decode_partials == nullptr) ||
       !DecodeAttentionSupports(args.head_dim, args.heads, args.kv_heads)) {
     return cudaErrorInvalidValue;
   }

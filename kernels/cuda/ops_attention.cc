@@ -293,13 +293,6 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                                  static_cast<int>(head_dim), static_cast<int>(ctas));
       RETURN_IF_ERROR(Reserve(decode_partials_, static_cast<size_t>(floats) * sizeof(float)));
       args.decode_partials = static_cast<float*>(decode_partials_.view().data);
-      // Zero-filled at Create and left zero by every launch; sized there for every pair count
-      // that splits (ctas > 1 needs pairs < 2 * sm_count_).
-      if (decode_counters_.view().nbytes() < static_cast<size_t>(pairs) * sizeof(int32_t)) {
-        return OpError(kOp, absl::StrCat(pairs, " (sequence, kv head) pairs split over CTAs: more "
-                                         "than the merge counters hold"));
-      }
-      args.decode_counters = static_cast<int32_t*>(decode_counters_.view().data);
     }
     args.decode_ctas_per_head = static_cast<int>(ctas);
   }

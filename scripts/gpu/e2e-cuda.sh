@@ -5,6 +5,8 @@
 # Usage: e2e-cuda.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [prompts] [len]
 # LAYERS=N builds only the first N layers (gpt-oss-20b only: e2e_reference.py --layers).
 # FP8=1 writes the model in the HF FP8 layout (qwen3-8b, llama3-8b: e2e_reference.py --fp8).
+# KV_FP8=1 also scores transformers with FP8-rounded keys and values (e2e_reference.py --kv-fp8),
+# the yardstick of a variant served with --kv-cache-dtype fp8 (ours_vs_hf_fp8kv_* in its JSON).
 # WORKER_ARGS adds worker flags, e.g. "--flash-prefill true" or "--tp-cuda-graphs true".
 # BATCH_INVARIANT=true serves with xserv-worker --batch-invariant (the determinism check's mode).
 # SUPERVISOR_ARGS adds supervisor flags, e.g. "--tp 2 --devices 0,1" on a two-GPU host.
@@ -24,7 +26,7 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
   --out "$work" --prompts "$prompts" --len "$len" ${LAYERS:+--layers "$LAYERS"} \
-  $([[ ${FP8:-0} == 1 ]] && echo --fp8) 2>&1 \
+  $([[ ${FP8:-0} == 1 ]] && echo --fp8) $([[ ${KV_FP8:-0} == 1 ]] && echo --kv-fp8) 2>&1 \
   | tee "$OUT/e2e-$arch-reference.log" | tail -3
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 echo "reference: $(($(date +%s) - start)) s"

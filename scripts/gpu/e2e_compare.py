@@ -33,11 +33,11 @@ def main():
     diffs, top1_checked, top1_agree = [], 0, 0
     diffs_fp32, hf_bf16_vs_fp32 = [], []
     has_fp32 = bool(ref.get("logprobs_fp32"))
-    # An FP8 reference (e2e_reference.py --fp8) also has transformers emulating W8A8, in bf16
-    # and fp32: the yardstick for --fp8-w8a8, whose activations' FP8 rounding a random model
-    # amplifies far beyond bf16's (so against the plain reference it is far off by design).
-    has_w8a8 = bool(ref.get("logprobs_w8a8"))
-    vs_w8a8, vs_w8a8_fp32, hf_w8a8_bf16_vs_fp32 = [], [], []
+    # Emulations of the FP8 paths (e2e_reference.py --fp8: W8A8, "_w8a8"; --kv-fp8: the FP8 KV
+    # cache, "_fp8kv"), scored by transformers in bf16 and fp32: the yardstick for --fp8-w8a8 and
+    # --kv-cache-dtype fp8, whose FP8 rounding a random model amplifies far beyond bf16's (so
+    # against the plain reference they are far off by design).
+    emulated = {name: ([], [], []) for name in ("_w8a8", "_fp8kv") if ref.get("logprobs" + name)}
     t0 = time.time()
     for k, ids in enumerate(ref["prompts"]):
         r = json.loads(post(args.url + "/v1/completions",
@@ -51,12 +51,12 @@ def main():
             for a, b, h in zip(ours[1:], ref["logprobs_fp32"][k][1:], ref["logprobs"][k][1:]):
                 diffs_fp32.append(abs(a - b))
                 hf_bf16_vs_fp32.append(abs(h - b))
-        if has_w8a8:
-            for a, b, h in zip(ours[1:], ref["logprobs_w8a8_fp32"][k][1:],
-                               ref["logprobs_w8a8"][k][1:]):
-                vs_w8a8.append(abs(a - h))
-                vs_w8a8_fp32.append(abs(a - b))
-                hf_w8a8_bf16_vs_fp32.append(abs(h - b))
+        for name, (vs_bf16, vs_fp32, hf_bf16_vs) in emulated.items():
+            for a, b, h in zip(ours[1:], ref[f"logprobs{name}_fp32"][k][1:],
+                               ref["logprobs" + name][k][1:]):
+                vs_bf16.append(abs(a - h))
+                vs_fp32.append(abs(a - b))
+                hf_bf16_vs.append(abs(h - b))
         # Teacher-forced top-1: top_logprobs[j] is our distribution for token j; HF's top1[j-1].
         for j in range(1, len(ids)):
             alt = lp["top_logprobs"][j]
@@ -105,8 +105,9 @@ def main():
     summary = {
         "ours_vs_hf_fp32": stats(diffs_fp32),
         "hf_bf16_vs_hf_fp32": stats(hf_bf16_vs_fp32),
-        **({"ours_vs_hf_w8a8_bf16": stats(vs_w8a8), "ours_vs_hf_w8a8_fp32": stats(vs_w8a8_fp32),
-            "hf_w8a8_bf16_vs_hf_w8a8_fp32": stats(hf_w8a8_bf16_vs_fp32)} if has_w8a8 else {}),
+        **{key.format(n=name[1:]): stats(v) for name, lists in emulated.items()
+           for key, v in zip(("ours_vs_hf_{n}_bf16", "ours_vs_hf_{n}_fp32",
+                              "hf_{n}_bf16_vs_hf_{n}_fp32"), lists)},
         "positions": len(diffs),
         "logprob_abs_diff_max": max(diffs),
         "logprob_abs_diff_mean": sum(diffs) / len(diffs),

@@ -580,9 +580,31 @@ def fp8_act_quantize(x, group=FP8_BLOCK):
 
 def hook_w8a8(model):
     """Feeds every FP8 decoder linear FP8-rounded activations (fp8_act_quantize): transformers
-    emulating xserv-worker --fp8-w8a8. Returns the hook handles (remove() to undo)."""
-    return [m.register_forward_pre_hook(lambda mod, args: (fp8_act_quantize(args[0]),) + args[1:])
-            for name, m in model.named_modules() if name.endswith(FP8_LINEARS)]
+    emulating xserv-worker --fp8-w8a8. Returns a callable that undoes it."""
+    handles = [m.register_forward_pre_hook(lambda mod, args: (fp8_act_quantize(args[0]),) + args[1:])
+               for name, m in model.named_modules() if name.endswith(FP8_LINEARS)]
+    return lambda: [h.remove() for h in handles]
+
+
+def hook_fp8_kv(model):
+    """Rounds the keys (after q/k-norm and RoPE) and values every attention layer sees through the
+    FP8 KV cache's arithmetic (fp8_act_quantize over each (token, kv head)'s head_dim values, as
+    kernels::QuantizeFp8Group): transformers emulating xserv-worker --kv-cache-dtype fp8. Wraps
+    the model's attention function (its module's eager_attention_forward, or the
+    ALL_ATTENTION_FUNCTIONS entry of its implementation). Returns a callable that undoes it."""
+    import sys
+    attn = next(m for name, m in model.named_modules() if name.endswith("self_attn"))
+    module = sys.modules[type(attn).__module__]
+    impl = model.config._attn_implementation
+    q = lambda t: fp8_act_quantize(t, group=t.shape[-1])
+    if impl == "eager":
+        base = module.eager_attention_forward
+        module.eager_attention_forward = lambda m, qs, k, v, *a, **kw: base(m, qs, q(k), q(v), *a, **kw)
+        return lambda: setattr(module, "eager_attention_forward", base)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    base = ALL_ATTENTION_FUNCTIONS[impl]
+    ALL_ATTENTION_FUNCTIONS[impl] = lambda m, qs, k, v, *a, **kw: base(m, qs, q(k), q(v), *a, **kw)
+    return lambda: ALL_ATTENTION_FUNCTIONS.__setitem__(impl, base)
 
 
 def write_fp8(model, cfg, model_dir):
@@ -642,6 +664,9 @@ def main():
                     help="qwen3-8b / llama3-8b: write the HF FP8 layout (128x128 block scales); "
                          "the reference also scores W8A8 (activations FP8-rounded as "
                          "--fp8-w8a8 does) in bf16 and fp32")
+    ap.add_argument("--kv-fp8", action="store_true",
+                    help="the reference also scores with keys and values rounded as the FP8 KV "
+                         "cache stores them (hook_fp8_kv), in bf16 and fp32")
     args = ap.parse_args()
     gpt_oss = args.arch == "gpt-oss-20b"
     if args.layers and not gpt_oss:
@@ -688,9 +713,20 @@ def main():
     vocab = min(cfg.vocab_size, 50000)  # ordinary tokens, no specials
     ref = {"prompts": [], "logprobs": [], "top1": [], "margin": [], "greedy": [],
            "logprobs_fp32": [], "top1_fp32": [], "margin_fp32": []}
-    if args.fp8:  # transformers emulating W8A8 (hook_w8a8), in bf16 and in fp32
-        for suffix in ("_w8a8", "_w8a8_fp32"):
+    # Emulations of xserv's FP8 paths, each scored in bf16 and in fp32 (suffixes NAME and
+    # NAME_fp32): W8A8 (hook_w8a8) and the FP8 KV cache (hook_fp8_kv).
+    emulations = {name: hook for name, hook, on in (("_w8a8", hook_w8a8, args.fp8),
+                                                    ("_fp8kv", hook_fp8_kv, args.kv_fp8)) if on}
+    for name in emulations:
+        for suffix in (name, name + "_fp32"):
             ref.update({f"logprobs{suffix}": [], f"top1{suffix}": [], f"margin{suffix}": []})
+
+    def score_emulated(m, fp32):
+        for name, hook in emulations.items():
+            undo = hook(m)
+            for ids in prompts:
+                score(m, ids, name + ("_fp32" if fp32 else ""))
+            undo()
     def score(m, ids, suffix):
         logits = m(ids.unsqueeze(0).cuda()).logits[0].float()
         lp = torch.log_softmax(logits, dim=-1)
@@ -711,12 +747,7 @@ def main():
             out = model.generate(torch.tensor([p]).cuda(), max_new_tokens=args.greedy,
                                  do_sample=False, eos_token_id=None, pad_token_id=0)
             ref["greedy"].append(out[0, len(p):].tolist())
-        if args.fp8:
-            hooks = hook_w8a8(model)
-            for ids in prompts:
-                score(model, ids, "_w8a8")
-            for h in hooks:
-                h.remove()
+        score_emulated(model, fp32=False)
         # The same weights computed in fp32: the yardstick for what bf16 rounding alone costs
         # (HF bf16 vs HF fp32), against which our bf16 error (ours vs HF fp32) is judged.
         if gpt_oss:
@@ -741,10 +772,7 @@ def main():
         if model is not None:
             for ids in prompts:
                 score(model, ids, "_fp32")
-            if args.fp8:
-                hook_w8a8(model)
-                for ids in prompts:
-                    score(model, ids, "_w8a8_fp32")
+            score_emulated(model, fp32=True)
     if gpt_oss:
         meta["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
         ref["meta"] = meta

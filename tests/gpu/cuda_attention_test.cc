@@ -180,8 +180,8 @@ TEST_P(CudaAttention, MatchesCpu) {
       ASSERT_TRUE(run.ok()) << run;
       ASSERT_TRUE((*variant)->Synchronize().ok());
       EXPECT_LE(Error(Twin{out.cpu, out_variant.cuda}), kBf16OutTol);
-      // Again on the same backend: the same bits (the decode kernel's merge counters are back at
-      // zero after every launch).
+      // Again on the same backend: the same bits (no state carries over from one launch to the
+      // next).
       const std::vector<float> once = DownloadCuda(out_variant.cuda);
       UploadCuda(std::vector<float>(once.size(), NAN), out_variant.cuda);
       ASSERT_TRUE(cuda().Synchronize().ok());
