@@ -94,6 +94,9 @@ cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stre
 // kv head's keys and values are read once for all its query heads and the sequence's few new
 // rows (decode, short speculative chunks). Rows: new rows x (heads / kv_heads) <= 16.
 inline constexpr int kDecodeTileRows = 16;
+// Key tiles (16 keys) up to which the host gives a (sequence, kv head) one CTA (its 4 warps take
+// up to 3 tiles each) instead of splitting the keys over CTAs whose states a second kernel merges.
+inline constexpr int kDecodeOneCtaTiles = 12;
 bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads);
 // Partial-state floats LaunchDecodeAttention needs for `ctas` CTAs per (sequence, kv head).
 int64_t DecodePartialFloats(int num_seqs, int kv_heads, int head_dim, int ctas);

@@ -285,9 +285,22 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     // decode_attention.cu).
     args.decode_max_rows = kDecodeTileRows;
     const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
-    const int64_t tiles = (std::max(batch.max_seq_len, 1) + 15) / 16 + 1;
-    const int64_t ctas = std::clamp<int64_t>(
-        std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs, (tiles + 7) / 8), 1, 32);
+    // A sliding window bounds the keys of every row this kernel takes (at most kDecodeTileRows /
+    // group new rows per sequence), whatever the context: a decode graph planned for the model's
+    // whole context then still sizes a window layer's split by the window.
+    int64_t keys = std::max(batch.max_seq_len, 1);
+    if (params.sliding_window > 0) {
+      keys = std::min<int64_t>(keys, params.sliding_window + kDecodeTileRows / (heads / kv_heads));
+    }
+    const int64_t tiles = (keys + 15) / 16 + 1;
+    // Up to kDecodeOneCtaTiles tiles one CTA takes them all (at most 3 per warp): no split to
+    // merge, so no second kernel (gpt-oss's 128-key windows).
+    const int64_t ctas =
+        tiles <= kDecodeOneCtaTiles
+            ? 1
+            : std::clamp<int64_t>(
+                  std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs, (tiles + 7) / 8), 1,
+                  32);
     if (ctas > 1) {
       const int64_t floats = DecodePartialFloats(batch.num_seqs, static_cast<int>(kv_heads),
                                                  static_cast<int>(head_dim), static_cast<int>(ctas));

@@ -739,6 +739,102 @@ TEST_F(Mxfp4Experts, AddRmsNormFusedEqualsTheTwoOps) {
   }
 }
 
+// RoutedExperts with the experts selected inside the gate_up GEMV (fuse_router_topk) against
+// RouterTopK then Experts / ExpertsAddRmsNorm: ids, weights, the experts' output and the
+// normalised rows bit for bit, at gpt-oss-20b's sizes (32 experts, top 4) and with 8 and 32
+// experts, 1 and 2 tokens, logits with ties (the lower id wins) and a NaN row (its token NaN both
+// ways), with and without the folded norm; 3 tokens (the GEMM form) and 33 experts run the ops.
+TEST_F(Mxfp4Experts, RouterTopKInTheGemvEqualsTheOps) {
+  auto ops = CudaBackend::Create(CudaBackendOptions{.device = 0});
+  auto fused = CudaBackend::Create(CudaBackendOptions{.device = 0, .fuse_router_topk = true});
+  auto fused_norm = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .fuse_moe_norm = true, .fuse_router_topk = true});
+  ASSERT_TRUE(ops.ok() && fused.ok() && fused_norm.ok());
+  std::mt19937 rng(17);
+  struct Case {
+    int64_t tokens, experts, k, hidden, inter;
+    bool ties, nan_row;
+  };
+  for (const Case c :
+       {Case{1, 32, 4, 2880, 2880, false, false}, Case{2, 32, 4, 2880, 1440, true, false},
+        Case{2, 8, 2, 2880, 1440, false, true}, Case{1, 32, 32, 512, 64, true, false},
+        Case{3, 32, 4, 2880, 1440, false, false}, Case{1, 33, 4, 512, 64, false, false}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.tokens << " tokens, " << c.experts << " experts, top " << c.k << ", hidden "
+                 << c.hidden << ", inter " << c.inter << (c.ties ? ", ties" : "")
+                 << (c.nan_row ? ", NaN row" : ""));
+    const int64_t h = c.hidden, i = c.inter;
+    const ExpertWeights mx = RandomExperts(c.experts, h, i, rng);
+    std::vector<float> logit_values(c.tokens * c.experts);
+    for (float& v : logit_values) {
+      v = c.ties ? static_cast<float>(rng() % 4) : std::normal_distribution<float>(0, 2)(rng);
+    }
+    if (c.nan_row) {
+      for (int64_t j = 0; j < c.experts; ++j) logit_values[c.experts + j] = NAN;
+    }
+    const Tensor logits = Upload(logit_values, {c.tokens, c.experts}, DType::kF32).cuda;
+    const std::vector<float> x_values = RandomBf16(c.tokens * h, rng);
+    const std::vector<float> residual_values = RandomBf16(c.tokens * h, rng, -4, 4);
+    const Tensor norm_weight = Upload(RandomBf16(h, rng, 0.5f, 1.5f), {h}).cuda;
+    const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
+    struct Result {
+      std::vector<float> ids, weights, out, residual, normed;
+    };
+    // out_written: false where the combine went into the norm (fuse_moe_norm with a norm).
+    auto run = [&](CudaBackend& b, bool with_norm, bool out_written) {
+      const Tensor x = Upload(x_values, {c.tokens, h}).cuda;
+      const Tensor residual = Upload(residual_values, {c.tokens, h}).cuda;
+      const Tensor out = Poisoned({c.tokens, h}).cuda;
+      const Tensor ids = Keep(cuda().Allocate(DType::kI32, {c.tokens, c.k}));
+      const Tensor weights = Poisoned({c.tokens, c.k}, DType::kF32).cuda;
+      const ExpertsNorm norm{
+          .residual = residual, .weight = norm_weight, .normed = x, .eps = 1e-5f};
+      EXPECT_TRUE(cuda().Synchronize().ok());
+      const absl::Status st =
+          b.RoutedExperts(logits, ids, weights, x, mx, glu, out, with_norm ? &norm : nullptr);
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(b.Synchronize().ok());
+      std::vector<int32_t> id_values(c.tokens * c.k);
+      EXPECT_TRUE(cuda().CopyToHost(ids, id_values.data()).ok());
+      Result r{.ids = std::vector<float>(id_values.begin(), id_values.end()),
+               .weights = DownloadCuda(weights),
+               .residual = DownloadCuda(residual),
+               .normed = DownloadCuda(x)};
+      if (out_written) r.out = DownloadCuda(out);
+      return r;
+    };
+    const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    for (const bool with_norm : {false, true}) {
+      SCOPED_TRACE(with_norm ? "with the norm" : "experts only");
+      const Result want = run(**ops, with_norm, true);
+      for (CudaBackend* b : {fused->get(), fused_norm->get()}) {
+        const Result got = run(*b, with_norm, !(with_norm && b == fused_norm->get()));
+        EXPECT_TRUE(same_bits(want.ids, got.ids));
+        EXPECT_TRUE(same_bits(want.weights, got.weights));
+        EXPECT_TRUE(same_bits(want.residual, got.residual));
+        EXPECT_TRUE(same_bits(want.normed, got.normed));
+        if (!got.out.empty()) EXPECT_TRUE(same_bits(want.out, got.out));
+      }
+      // The selection itself: the k largest logits, ties to the lower id; a NaN row NaN.
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        const bool nan_token = c.nan_row && t == 1;
+        EXPECT_EQ(std::isnan(want.normed[t * h]), nan_token) << "token " << t;
+        if (nan_token) continue;
+        std::vector<int> order(c.experts);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+          return logit_values[t * c.experts + a] > logit_values[t * c.experts + b];
+        });
+        for (int64_t j = 0; j < c.k; ++j) {
+          EXPECT_EQ(want.ids[t * c.k + j], order[j]) << "token " << t << " slot " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, RejectsWrongDtypesAndShapes) {
   const Tensor f32 = Keep(cuda().Allocate(DType::kF32, {4, 8}));
   const Tensor bf = Keep(cuda().Allocate(DType::kBF16, {4, 8}));
