@@ -41,16 +41,6 @@ absl::Status Backend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids, cons
   return AddRmsNorm(out, residual, norm_weight, eps, normed);
 }
 
-absl::Status Backend::RoutedExperts(const Tensor& logits, const Tensor& ids, const Tensor& weights,
-                                    const Tensor& x, const ExpertWeights& experts,
-                                    const GluParams& glu, const Tensor& out,
-                                    const ExpertsNorm* norm) {
-  RETURN_IF_ERROR(RouterTopK(logits, ids, weights));
-  if (norm == nullptr) return Experts(x, ids, weights, experts, glu, out);
-  return ExpertsAddRmsNorm(x, ids, weights, experts, glu, out, norm->residual, norm->weight,
-                           norm->eps, norm->normed);
-}
-
 absl::Status Backend::QkNormRopeWriteKv(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const QkNormRope& p, const KvLayer& kv,
                                         const Tensor& slot_mapping) {

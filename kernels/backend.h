@@ -110,13 +110,6 @@ struct GluParams {
   float alpha = 1.702f;
 };
 
-// The pre-norm an experts op may end with (ExpertsAddRmsNorm's last operands):
-// AddRmsNorm(out, residual, weight, eps, normed).
-struct ExpertsNorm {
-  Tensor residual, weight, normed;
-  float eps = 1e-6f;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -232,15 +225,6 @@ class Backend {
                                          const Tensor& out, const Tensor& residual,
                                          const Tensor& norm_weight, float eps,
                                          const Tensor& normed);
-  // A MoE block's experts from its router's logits: RouterTopK(logits, ids, weights), then
-  // Experts(x, ids, weights, experts, glu, out), or with `norm` ExpertsAddRmsNorm(..., out,
-  // norm->residual, norm->weight, norm->eps, norm->normed). This default runs exactly those ops;
-  // a backend may select the experts inside the expert kernels (CUDA, --fuse-router-topk),
-  // writing the same ids and weights.
-  virtual absl::Status RoutedExperts(const Tensor& logits, const Tensor& ids, const Tensor& weights,
-                                     const Tensor& x, const ExpertWeights& experts,
-                                     const GluParams& glu, const Tensor& out,
-                                     const ExpertsNorm* norm);
 
   // ---- logits ---------------------------------------------------------------------------------
   // Row-wise log-softmax of f32 [R, V]; out may alias x.

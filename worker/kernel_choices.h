@@ -20,7 +20,6 @@ struct KernelChoices {
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
   bool moe_gemv_smem = false;      // the MXFP4 expert GEMV's weights via cp.async to shared memory
-  bool fuse_router_topk = false;   // the router's top-k inside the MXFP4 expert GEMV
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
@@ -54,11 +53,6 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "cuda, experimental: the MXFP4 experts' decode GEMV copies each CTA's weight "
                  "rows to shared memory at once (cp.async) instead of a few chunks at a time "
                  "through registers; bit-identical")
-      ->capture_default_str();
-  app.add_option("--fuse-router-topk", k.fuse_router_topk,
-                 "cuda, experimental: at 1-2 tokens the MXFP4 experts' gate_up GEMV selects "
-                 "each token's experts from the router's logits itself (up to 32 experts) "
-                 "instead of a top-k kernel before it; bit-identical ids, weights and output")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
@@ -99,7 +93,6 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,
           .moe_gemv_smem = k.moe_gemv_smem,
-          .fuse_router_topk = k.fuse_router_topk,
           .fp8_w8a8 = k.fp8_w8a8};
 }
 #endif

@@ -68,11 +68,6 @@ struct CudaBackendOptions {
   // memory by cp.async at once instead of a few chunks at a time through registers: more bytes
   // in flight per SM. Bit-identical (MoeGemmArgs::smem_weights).
   bool moe_gemv_smem = false;
-  // RoutedExperts with MXFP4 experts at up to kMoeGemvMaxTokens tokens and up to 32 experts:
-  // the gate_up GEMV's CTAs select their pair's expert from the router's logits themselves (and
-  // write ids and weights for the kernels after) instead of a RouterTopK kernel first: a launch
-  // per MoE layer fewer, bit-identical.
-  bool fuse_router_topk = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
@@ -149,9 +144,6 @@ class CudaBackend final : public Backend {
                                  const Tensor& out, const Tensor& residual,
                                  const Tensor& norm_weight, float eps,
                                  const Tensor& normed) override;
-  absl::Status RoutedExperts(const Tensor& logits, const Tensor& ids, const Tensor& weights,
-                             const Tensor& x, const ExpertWeights& experts, const GluParams& glu,
-                             const Tensor& out, const ExpertsNorm* norm) override;
 
   absl::Status LogSoftmax(const Tensor& x, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& x, const Tensor& ids) override;
@@ -177,19 +169,17 @@ class CudaBackend final : public Backend {
                                double weight_bytes);
   // check_each_op: waits for the stream and names `op` in a device error.
   absl::Status WaitIfChecking(const char* op);
-  // Whether ExpertsMxfp4 may fold the experts' combine into `norm` (fuse_moe_norm, a norm the
-  // combine kernel's form takes); InvalidArgument for operands AddRmsNorm would refuse.
-  absl::StatusOr<bool> FoldsCombineIntoNorm(const char* op, const Tensor& out,
-                                            const ExpertsNorm& norm);
+  // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
+  // The AddRmsNorm that ExpertsAddRmsNorm folds the experts' combine into.
+  struct MoeNorm {
+    Tensor residual, weight, normed;
+    float eps = 1e-6f;
+  };
   // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens; with `norm`
-  // the combine feeds that norm instead of `out` (FoldsCombineIntoNorm said so). With
-  // `router_logits` (RoutedExperts, fuse_router_topk; the GEMV form only) ids and weights are
-  // outputs: the gate_up GEMV selects the experts (RouterTopK's result) and writes them.
+  // the combine feeds that norm instead of `out` (the caller checked it: MoeNormArgs).
   absl::Status ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
                             const ExpertWeights& experts, const GluParams& glu, const Tensor& out,
-                            const ExpertsNorm* norm = nullptr,
-                            const Tensor* router_logits = nullptr);
-  // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
+                            const MoeNorm* norm = nullptr);
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
   // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape.

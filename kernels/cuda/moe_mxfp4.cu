@@ -21,7 +21,6 @@
 #include "kernels/cuda/moe_mxfp4.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/router_topk.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -402,27 +401,7 @@ __host__ __device__ __forceinline__ int64_t GemvSmemWeightBytes(int k) {
   return int64_t{kGemvRows} * GemvSmemRowBytes(k) + (scales + 15) / 16 * 16;
 }
 
-// Pair p's expert from its token's router logits (MoeRoute): RouterTopK's rounds by the calling
-// warp, one logit per lane, and its softmax (the same sums in the same order); `write` stores
-// the pair's id and weight where RouterTopK would.
-__device__ __forceinline__ int SelectExpert(const MoeGemmArgs& a, int p, int lane, bool write) {
-  const int k = a.a_row_div, j = p % k;
-  int id = INT_MAX;
-  float logit = 0.0f, top = 0.0f;
-  WarpTopKRounds<1>(a.route.logits + static_cast<int64_t>(p / k) * a.route.stride, a.experts, k,
-                    lane, [&](int round, int winner, float value) {
-                      if (round == 0) top = value;
-                      if (lane == round) id = winner, logit = value;
-                    });
-  const float ex = lane < k ? expf(logit - top) : 0.0f;
-  const float sum = WarpSum(ex);
-  if (write && lane == j) a.route.ids[p] = id, a.route.weights[p] = ex / sum;
-  return __shfl_sync(kFullMask, id, j);
-}
-
-// kRoute: a.route.logits is set (SelectExpert); a template argument so that the plain form keeps
-// its registers.
-template <int kChunksInFlight, bool kSmemWeights, bool kRoute>
+template <int kChunksInFlight, bool kSmemWeights>
 __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
     MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
   PdlBegin();  // pdl.cuh: the routing and the input are the stream's earlier kernels' outputs
@@ -435,11 +414,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
   const int row_bytes = GemvSmemRowBytes(a.k);
   const uint8_t* ss = ws + kGemvRows * row_bytes;
   const int p = blockIdx.y;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  // Every warp selects the expert itself (no barrier before its weight loads); the pair's first
-  // CTA writes the selection for the kernels after.
-  const int e = kRoute ? SelectExpert(a, p, lane, blockIdx.x == 0 && warp == 0) : a.ids[p];
+  const int e = a.ids[p];
   if (e < 0 || e >= a.experts) return;  // uniform across the CTA
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q = lane % 4;
   const int row0 = blockIdx.x * kGemvRows;
 
@@ -592,44 +569,30 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-namespace {
-
-// One form of the GEMV kernel (MoeMxfp4GemvKernel's template arguments), launched. 3 chunks in
-// flight fit kGemvMinCtasPerSm's registers without spills.
-template <bool kSmemWeights, bool kRoute>
-cudaError_t LaunchGemvForm(const MoeGemmArgs& args, dim3 grid, int64_t smem, cudaStream_t stream) {
-  constexpr auto kKernel = MoeMxfp4GemvKernel<3, kSmemWeights, kRoute>;
+cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
+  const int64_t pairs = args.a.rows * args.a_row_div;  // one A row per token or per pair
+  if (pairs == 0 || args.n == 0) return cudaSuccess;
+  if (args.k % 32 != 0 || args.n % 2 != 0 || pairs > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((args.n + kGemvRows - 1) / kGemvRows),
+                  static_cast<unsigned>(pairs));
+  // 3 chunks in flight fit kGemvMinCtasPerSm's registers without spills.
+  constexpr int kChunksInFlight = 3;
+  if (MoeGemvTakesSmemWeights(args)) {
+    constexpr auto kKernel = MoeMxfp4GemvKernel<kChunksInFlight, true>;
+    const int64_t smem = MoeGemvSharedBytes(args.k) + GemvSmemWeightBytes(args.k);
+    if (const cudaError_t err = AllowDynamicSharedMemory<kKernel>(smem); err != cudaSuccess) {
+      return err;
+    }
+    return LaunchMaybePdl(kKernel, grid, dim3(kGemvThreads), static_cast<size_t>(smem), stream,
+                          args.pdl, args);
+  }
+  constexpr auto kKernel = MoeMxfp4GemvKernel<kChunksInFlight, false>;
+  const int64_t smem = MoeGemvSharedBytes(args.k);
   if (const cudaError_t err = AllowDynamicSharedMemory<kKernel>(smem); err != cudaSuccess) {
     return err;
   }
   return LaunchMaybePdl(kKernel, grid, dim3(kGemvThreads), static_cast<size_t>(smem), stream,
                         args.pdl, args);
-}
-
-}  // namespace
-
-cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
-  const int64_t pairs = args.a.rows * args.a_row_div;  // one A row per token or per pair
-  if (pairs == 0 || args.n == 0) return cudaSuccess;
-  if (args.k % 32 != 0 || args.n % 2 != 0 || pairs > 65535) return cudaErrorInvalidValue;
-  if (args.route.logits != nullptr &&
-      (args.experts > kMoeGemvRouteMaxExperts || args.a_row_div < 1 ||
-       args.a_row_div > args.experts || args.route.ids == nullptr ||
-       args.route.weights == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
-  const dim3 grid(static_cast<unsigned>((args.n + kGemvRows - 1) / kGemvRows),
-                  static_cast<unsigned>(pairs));
-  const bool smem_weights = MoeGemvTakesSmemWeights(args);
-  const int64_t smem = MoeGemvSharedBytes(args.k) +
-                       (smem_weights ? GemvSmemWeightBytes(static_cast<int>(args.k)) : 0);
-  const bool route = args.route.logits != nullptr;
-  if (smem_weights) {
-    return route ? LaunchGemvForm<true, true>(args, grid, smem, stream)
-                 : LaunchGemvForm<true, false>(args, grid, smem, stream);
-  }
-  return route ? LaunchGemvForm<false, true>(args, grid, smem, stream)
-               : LaunchGemvForm<false, false>(args, grid, smem, stream);
 }
 
 cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cudaStream_t stream,
@@ -664,8 +627,7 @@ MoeGemmArgs MoeLayerArgs::GateUp() const {
           .ids = ids,
           .experts = experts,
           .pdl = pdl,
-          .smem_weights = gemv_smem_weights,
-          .route = route};
+          .smem_weights = gemv_smem_weights};
 }
 
 MoeGemmArgs MoeLayerArgs::Down() const {

@@ -54,17 +54,6 @@ inline constexpr int kMoeMaxExperts = 1024;
 cudaError_t LaunchMoeAlign(const int32_t* ids, int pairs, int experts, const MoeRouting& routing,
                            cudaStream_t stream);
 
-// The router's logits of the GEMV's tokens, from which its gate_up CTAs select their pairs'
-// experts themselves (CudaBackendOptions::fuse_router_topk): RouterTopK's ids and weights, written
-// by each pair's first CTA for the kernels after (the down GEMV, the combine).
-inline constexpr int kMoeGemvRouteMaxExperts = 32;  // one logit per lane of a warp
-struct MoeRoute {
-  const float* logits = nullptr;  // f32 [tokens, experts], row stride `stride`; null: ids given
-  int64_t stride = 0;
-  int32_t* ids = nullptr;    // [tokens, top_k]
-  float* weights = nullptr;  // [tokens, top_k]
-};
-
 struct MoeGemmArgs {
   // A rows: pair p reads row p / a_row_div of `a` (x rows: div = k; act rows: div = 1).
   RowsView a;  // bf16 [*, K]
@@ -91,10 +80,6 @@ struct MoeGemmArgs {
   // LaunchMoeMxfp4Gemv: each CTA's weight rows and scales go to shared memory by cp.async at once
   // (where MoeGemvTakesSmemWeights) instead of a few chunks at a time through registers.
   bool smem_weights = false;
-  // LaunchMoeMxfp4Gemv with x rows (a_row_div = top_k): route.logits set, pair p's expert is
-  // selection p % top_k of token p / top_k's logits (experts <= kMoeGemvRouteMaxExperts), and
-  // `ids` is not read.
-  MoeRoute route;
 };
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 
@@ -149,9 +134,6 @@ struct MoeLayerArgs {
   // normalised into norm.out in one kernel (NormArgs::combine; RmsNormTakesCombine must hold):
   // exactly LaunchMoeCombine, then LaunchRmsNorm with the residual.
   NormArgs norm;
-  // GEMV form only: route.logits set, the gate_up GEMV selects the experts and writes ids and
-  // weights (route.ids and route.weights are `ids` and `weights`).
-  MoeRoute route;
 
   int MaxBlocks() const { return static_cast<int>(MoeMaxBlocks(x.rows * top_k, experts)); }
   MoeGemmArgs GateUp() const;

@@ -46,29 +46,21 @@ absl::Status CheckExpertsActivations(const char* op, const Tensor& x, const Tens
   return CheckRouting(op, ids, weights, x.dim(0));
 }
 
-// RouterTopK's operands: logits f32 [tokens, experts] (row-major), ids and weights [tokens, k].
-absl::Status CheckRouterTopK(const char* op, const Tensor& logits, const Tensor& ids,
-                             const Tensor& weights) {
-  RETURN_IF_ERROR(ExpectCuda(op, "logits", logits));
-  RETURN_IF_ERROR(ExpectDType(op, "logits", logits, DType::kF32));
-  RETURN_IF_ERROR(ExpectRank(op, "logits", logits, 2));
-  RETURN_IF_ERROR(ExpectRowMajor(op, "logits", logits));
-  RETURN_IF_ERROR(CheckRouting(op, ids, weights, logits.dim(0)));
-  const int64_t experts = logits.dim(1), k = ids.dim(1);
-  if (k < 1 || k > experts || experts > kMaxRouterExperts) {
-    return OpError(op, absl::StrCat("top-k ", k, " of ", experts, " experts (supported: up to ",
-                                    kMaxRouterExperts, " experts)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status CudaBackend::RouterTopK(const Tensor& logits, const Tensor& ids,
                                      const Tensor& weights) {
   constexpr const char* kOp = "RouterTopK";
-  RETURN_IF_ERROR(CheckRouterTopK(kOp, logits, ids, weights));
-  const int64_t k = ids.dim(1);
+  RETURN_IF_ERROR(ExpectCuda(kOp, "logits", logits));
+  RETURN_IF_ERROR(ExpectDType(kOp, "logits", logits, DType::kF32));
+  RETURN_IF_ERROR(ExpectRank(kOp, "logits", logits, 2));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "logits", logits));
+  RETURN_IF_ERROR(CheckRouting(kOp, ids, weights, logits.dim(0)));
+  const int64_t experts = logits.dim(1), k = ids.dim(1);
+  if (k < 1 || k > experts || experts > kMaxRouterExperts) {
+    return OpError(kOp, absl::StrCat("top-k ", k, " of ", experts, " experts (supported: up to ",
+                                     kMaxRouterExperts, " experts)"));
+  }
   return Launched(kOp, LaunchRouterTopK(AsRows(logits), static_cast<int>(k), ids.as<int32_t>(),
                                         weights.as<float>(), stream_,
                                         options_.pdl_decode_kernels));
@@ -133,56 +125,26 @@ absl::Status CudaBackend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids,
                                             const Tensor& residual, const Tensor& norm_weight,
                                             float eps, const Tensor& normed) {
   constexpr const char* kOp = "ExpertsAddRmsNorm";
-  const ExpertsNorm norm{.residual = residual, .weight = norm_weight, .normed = normed, .eps = eps};
-  if (experts.format == ExpertWeights::Format::kMxfp4) {
-    ASSIGN_OR_RETURN(const bool folds, FoldsCombineIntoNorm(kOp, out, norm));
-    if (folds) return ExpertsMxfp4(x, ids, weights, experts, glu, out, &norm);
+  if (options_.fuse_moe_norm && experts.format == ExpertWeights::Format::kMxfp4) {
+    // The norm's operands as AddRmsNorm(out, residual, norm_weight, normed) checks them.
+    RETURN_IF_ERROR(ExpectAddRmsNormOperands(kOp, out, residual, norm_weight, normed));
+    const NormArgs probe{.x = {.data = nullptr, .rows = out.dim(0), .cols = out.dim(-1)},
+                         .residual = AsRows(residual),
+                         .out = AsRows(normed),
+                         .weight = norm_weight.data,
+                         .eps = eps};
+    if (RmsNormTakesCombine(probe)) {
+      const MoeNorm norm{.residual = residual, .weight = norm_weight, .normed = normed, .eps = eps};
+      return ExpertsMxfp4(x, ids, weights, experts, glu, out, &norm);
+    }
   }
   return Backend::ExpertsAddRmsNorm(x, ids, weights, experts, glu, out, residual, norm_weight, eps,
                                     normed);
 }
 
-absl::StatusOr<bool> CudaBackend::FoldsCombineIntoNorm(const char* op, const Tensor& out,
-                                                       const ExpertsNorm& norm) {
-  if (!options_.fuse_moe_norm) return false;
-  // The norm's operands as AddRmsNorm(out, residual, weight, normed) checks them.
-  RETURN_IF_ERROR(ExpectAddRmsNormOperands(op, out, norm.residual, norm.weight, norm.normed));
-  const NormArgs probe{.x = {.data = nullptr, .rows = out.dim(0), .cols = out.dim(-1)},
-                       .residual = AsRows(norm.residual),
-                       .out = AsRows(norm.normed),
-                       .weight = norm.weight.data,
-                       .eps = norm.eps};
-  return RmsNormTakesCombine(probe);
-}
-
-absl::Status CudaBackend::RoutedExperts(const Tensor& logits, const Tensor& ids,
-                                        const Tensor& weights, const Tensor& x,
-                                        const ExpertWeights& experts, const GluParams& glu,
-                                        const Tensor& out, const ExpertsNorm* norm) {
-  constexpr const char* kOp = "RoutedExperts";
-  // The fused form: MXFP4 experts on the GEMV path (moe_mxfp4.h: the selection is one warp's
-  // work, so up to 32 experts).
-  const bool fuse = options_.fuse_router_topk &&
-                    experts.format == ExpertWeights::Format::kMxfp4 &&
-                    !options_.batch_invariant && x.rank == 2 && x.dim(0) <= kMoeGemvMaxTokens &&
-                    logits.rank == 2 && logits.dim(1) <= kMoeGemvRouteMaxExperts;
-  if (!fuse) return Backend::RoutedExperts(logits, ids, weights, x, experts, glu, out, norm);
-  RETURN_IF_ERROR(CheckRouterTopK(kOp, logits, ids, weights));
-  if (logits.dim(0) != x.dim(0)) return OpError(kOp, "logits and x differ in rows");
-  bool folds = false;
-  if (norm != nullptr) {
-    ASSIGN_OR_RETURN(folds, FoldsCombineIntoNorm(kOp, out, *norm));
-  }
-  RETURN_IF_ERROR(
-      ExpertsMxfp4(x, ids, weights, experts, glu, out, folds ? norm : nullptr, &logits));
-  if (norm == nullptr || folds) return absl::OkStatus();
-  return AddRmsNorm(out, norm->residual, norm->weight, norm->eps, norm->normed);
-}
-
 absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                        const ExpertWeights& experts, const GluParams& glu,
-                                       const Tensor& out, const ExpertsNorm* norm,
-                                       const Tensor* router_logits) {
+                                       const Tensor& out, const MoeNorm* norm) {
   constexpr const char* kOp = "Experts";
   RETURN_IF_ERROR(CheckExpertsActivations(kOp, x, ids, weights, out));
   const Tensor& gub = experts.gate_up_blocks;
@@ -249,8 +211,7 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
     return OpError(kOp, absl::StrCat("hidden ", hidden, " and intermediate ", inter,
                                      " exceed the kernel's shared memory"));
   }
-  // Selected by the GEMV itself (router_logits): not written yet.
-  if (router_logits == nullptr) RETURN_IF_ERROR(CheckIndices(kOp, "expert id", ids, num_experts));
+  RETURN_IF_ERROR(CheckIndices(kOp, "expert id", ids, num_experts));
   const int64_t tokens = x.dim(0);
   if (tokens == 0) return absl::OkStatus();
 
@@ -263,7 +224,6 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   RETURN_IF_ERROR(Reserve(moe_out_, static_cast<size_t>(chunk * k * hidden) * sizeof(float)));
   // Few tokens (decode): the GEMV form, no alignment (moe_mxfp4.h says why and when).
   const bool gemv = !options_.batch_invariant && tokens <= kMoeGemvMaxTokens;
-  if (router_logits != nullptr && !gemv) return OpError(kOp, "experts selected in the GEMM path");
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t n = std::min(chunk, tokens - t0);
     NormArgs fused_norm;
@@ -273,7 +233,7 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                             .weight = norm->weight.data,
                             .eps = norm->eps};
     }
-    MoeLayerArgs layer{.x = AsRows(x.SliceRows(t0, t0 + n)),
+    const MoeLayerArgs layer{.x = AsRows(x.SliceRows(t0, t0 + n)),
                              .ids = ids.as<int32_t>() + t0 * k,
                              .weights = weights.as<float>() + t0 * k,
                              .top_k = static_cast<int>(k),
@@ -295,12 +255,6 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                              .pdl = options_.pdl_decode_kernels,
                              .gemv_smem_weights = options_.moe_gemv_smem,
                              .norm = fused_norm};
-    if (router_logits != nullptr) {
-      layer.route = MoeRoute{.logits = router_logits->as<float>() + t0 * router_logits->stride(0),
-                             .stride = router_logits->stride(0),
-                             .ids = ids.as<int32_t>() + t0 * k,
-                             .weights = weights.as<float>() + t0 * k};
-    }
     RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Layer(layer, gemv, stream_)));
   }
   return absl::OkStatus();

@@ -3,15 +3,14 @@
 // LogSoftmax tile: one 256-thread CTA per row (vocab-sized rows); three passes over the row (max,
 // sum of exp, write), each thread on columns c = tid + k * 256 in every pass, so out may alias x.
 // RouterTopK tile: one warp per row (E <= 1024 experts, lane owns experts e = lane + 32 * i);
-// k rounds of a warp arg-max (router_topk.cuh; lane 0 stores each winner and its logit), then the
-// softmax over the stored logits, lanes strided over the k selections.
+// k rounds of a warp arg-max (lane 0 stores each winner and its logit), then the softmax over the
+// stored logits, lanes strided over the k selections.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/router_topk.cuh"
 #include "kernels/cuda/softmax.h"
 
 namespace xserv::kernels::cuda {
@@ -113,15 +112,38 @@ __global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
                       threadIdx.x / kWarpSize;
   if (row >= logits.rows) return;  // whole warps leave; no CTA barrier below
   const int lane = threadIdx.x % kWarpSize;
+  const int experts = static_cast<int>(logits.cols);
+  const float* l = RowPtr<const float>(logits, row);
+  float vals[kMaxExpertsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarpSize;
+    vals[i] = e < experts ? l[e] : -INFINITY;
+  }
+  uint32_t taken = 0;  // bit i: expert lane + 32 * i already selected
   int32_t* row_ids = ids + row * k;
   float* row_weights = weights + row * k;
   float top = 0.0f;  // the largest logit (round 0's winner)
-  WarpTopKRounds<kMaxExpertsPerLane>(
-      RowPtr<const float>(logits, row), static_cast<int>(logits.cols), k, lane,
-      [&](int j, int id, float logit) {
-        if (j == 0) top = logit;
-        if (lane == 0) row_ids[j] = id, row_weights[j] = logit;  // logit for now
-      });
+  for (int j = 0; j < k; ++j) {
+    float best = -INFINITY;
+    int best_id = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      const int e = lane + i * kWarpSize;
+      const bool better = vals[i] > best || (vals[i] == best && e < best_id);
+      if (e < experts && !(taken >> i & 1u) && better) best = vals[i], best_id = e;
+    }
+    // Warp arg-max; ties go to the lower id, so every lane agrees on the winner.
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(kFullMask, best, offset);
+      const int other_id = __shfl_xor_sync(kFullMask, best_id, offset);
+      if (other > best || (other == best && other_id < best_id)) best = other, best_id = other_id;
+    }
+    if (best_id % kWarpSize == lane) taken |= 1u << (best_id / kWarpSize);
+    if (j == 0) top = best;
+    if (lane == 0) row_ids[j] = best_id, row_weights[j] = best;  // logit for now
+  }
   __syncwarp();  // lane 0's logits visible to the whole warp
   // Softmax over the k selected logits.
   float sum = 0.0f;

@@ -201,6 +201,7 @@ class GptOssModel final : public Model {
           b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
       RETURN_IF_ERROR(b.Matmul(normed, layer.router.view(), &layer.router_bias.view(),
                                router_logits));
+      RETURN_IF_ERROR(b.RouterTopK(router_logits, topk_ids, topk_weights));
       kernels::ExpertWeights experts;
       experts.gate_up_bias = layer.gate_up_bias.view();
       experts.down_bias = layer.down_bias.view();
@@ -221,13 +222,10 @@ class GptOssModel final : public Model {
                                                        : nullptr;
       normed_ready = !tp_.sharded() && next_norm != nullptr;
       if (normed_ready) {
-        const kernels::ExpertsNorm norm{
-            .residual = residual, .weight = next_norm->view(), .normed = normed, .eps = eps};
-        RETURN_IF_ERROR(b.RoutedExperts(router_logits, topk_ids, topk_weights, normed, experts,
-                                        glu_, block_out, &norm));
+        RETURN_IF_ERROR(b.ExpertsAddRmsNorm(normed, topk_ids, topk_weights, experts, glu_,
+                                            block_out, residual, next_norm->view(), eps, normed));
       } else {
-        RETURN_IF_ERROR(b.RoutedExperts(router_logits, topk_ids, topk_weights, normed, experts,
-                                        glu_, block_out, nullptr));
+        RETURN_IF_ERROR(b.Experts(normed, topk_ids, topk_weights, experts, glu_, block_out));
         RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       }
     }
