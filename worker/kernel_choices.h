@@ -19,7 +19,6 @@ struct KernelChoices {
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
-  bool moe_gemv_smem = false;      // the MXFP4 expert GEMV's weights via cp.async to shared memory
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
@@ -48,11 +47,6 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "cuda, experimental: the next layer's add + RMSNorm forms each token's MoE "
                  "combine itself (MXFP4 experts, one GPU, hidden sizes above 512): a launch per "
                  "layer fewer, bit-identical to the separate kernels")
-      ->capture_default_str();
-  app.add_option("--moe-gemv-smem", k.moe_gemv_smem,
-                 "cuda, experimental: the MXFP4 experts' decode GEMV copies each CTA's weight "
-                 "rows to shared memory at once (cp.async) instead of a few chunks at a time "
-                 "through registers; bit-identical")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
@@ -92,7 +86,6 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,
-          .moe_gemv_smem = k.moe_gemv_smem,
           .fp8_w8a8 = k.fp8_w8a8};
 }
 #endif

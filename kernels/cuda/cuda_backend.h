@@ -64,10 +64,6 @@ struct CudaBackendOptions {
   // Hidden sizes of whole 16-byte vectors above 512 (RmsNormTakesCombine); others, and dense
   // experts, run the two ops.
   bool fuse_moe_norm = false;
-  // The MXFP4 experts' GEMV form (few tokens) streams each CTA's 16 weight rows into shared
-  // memory by cp.async at once instead of a few chunks at a time through registers: more bytes
-  // in flight per SM. Bit-identical (MoeGemmArgs::smem_weights).
-  bool moe_gemv_smem = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).

@@ -385,23 +385,9 @@ constexpr int kGemvRows = 16;  // output rows per CTA: the M of one MMA
 // (gpt-oss-20b; docs/benchmarks, session 11). More CTAs hide more of each one's load latency.
 constexpr int kGemvMinCtasPerSm = 6;
 
-// kSmemWeights (MoeGemmArgs::smem_weights): the CTA's 16 weight rows and their scales go to
-// shared memory by cp.async at once (about 25 KB per CTA at gpt-oss-20b's sizes, no registers
-// held), instead of kChunksInFlight chunks per warp in registers. The MMAs take the same
-// operands in the same order: the same bits.
-// Row stride in shared memory: the row's bytes padded to 64 mod 128, so that the two rows a
-// quarter-warp reads (g, g + 1: 64 bytes each) fall in distinct banks.
-__host__ __device__ __forceinline__ int GemvSmemRowBytes(int k) {
-  const int bytes = k / 2;
-  return bytes + (64 - bytes % 128 + 128) % 128;
-}
-// Bytes of the weight rows and scales after MoeGemvSharedBytes(k)'s input and partial sums.
-__host__ __device__ __forceinline__ int64_t GemvSmemWeightBytes(int k) {
-  const int64_t scales = kGemvRows * (k / 32);
-  return int64_t{kGemvRows} * GemvSmemRowBytes(k) + (scales + 15) / 16 * 16;
-}
-
-template <int kChunksInFlight, bool kSmemWeights>
+// kChunksInFlight: chunks per warp whose weights are loaded before the first is used (2 rows x
+// 16 bytes each per thread).
+template <int kChunksInFlight>
 __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
     MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
   PdlBegin();  // pdl.cuh: the routing and the input are the stream's earlier kernels' outputs
@@ -409,10 +395,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
   const int groups = a.k / 32, chunks = MoeChunks(a.k);
   uint32_t* xs = gemv_smem;  // the input, StageGroupMajorRow's layout
   float* partial = reinterpret_cast<float*>(xs + chunks * 4 * kGroupWords);  // [warps][rows]
-  // kSmemWeights: [kGemvRows][GemvSmemRowBytes] codes, then [kGemvRows][groups] scales.
-  unsigned char* ws = reinterpret_cast<unsigned char*>(partial + kGemvWarps * kGemvRows);
-  const int row_bytes = GemvSmemRowBytes(a.k);
-  const uint8_t* ss = ws + kGemvRows * row_bytes;
   const int p = blockIdx.y;
   const int e = a.ids[p];
   if (e < 0 || e >= a.experts) return;  // uniform across the CTA
@@ -429,47 +411,20 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
     for (int c = 0; c < kChunksInFlight; ++c) {
       const int grp = (base + c * kGemvWarps) * 4 + q;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if constexpr (kSmemWeights) {
-          const bool in = grp < groups;
-          const int rr = g + 8 * r;
-          w[c][r] = in ? *reinterpret_cast<const uint4*>(ws + rr * row_bytes + grp * 16)
-                       : make_uint4(0, 0, 0, 0);
-          sc[c][r] = in ? ss[rr * groups + grp] : 0u;
-        } else {
-          LoadGroup(wrow[r], grp, groups, w[c][r], sc[c][r]);
-        }
-      }
+      for (int r = 0; r < 2; ++r) LoadGroup(wrow[r], grp, groups, w[c][r], sc[c][r]);
     }
   };
-  if constexpr (kSmemWeights) {
-    // The 16 rows' codes (each row contiguous, 16-byte units), then their scales (16 rows of
-    // `groups` bytes, contiguous and 16-byte aligned: the launcher checks N % 16 == 0).
-    const uint4* rows = reinterpret_cast<const uint4*>(ExpertRow(a, e, row0).blocks);
-    for (int i = threadIdx.x; i < kGemvRows * groups; i += kGemvThreads) {
-      const int r = i / groups, u = i % groups;
-      CpAsync16(ws + r * row_bytes + u * 16, rows + static_cast<int64_t>(r) * groups + u, 16);
-    }
-    const uint4* scale_units = reinterpret_cast<const uint4*>(ExpertRow(a, e, row0).scales);
-    for (int i = threadIdx.x; i < kGemvRows * groups / 16; i += kGemvThreads) {
-      CpAsync16(const_cast<uint8_t*>(ss) + i * 16, scale_units + i, 16);
-    }
-    CpAsyncCommit();
-  } else {
-    load(warp);
-  }
+  load(warp);
 
   // The input, permuted, while the weights are in flight.
   StageGroupMajorRow(RowPtr<const bf16>(a.a, p / a.a_row_div), a.k, xs, threadIdx.x, kGemvThreads);
-  if constexpr (kSmemWeights) CpAsyncWait<0>();
   __syncthreads();
-  if constexpr (kSmemWeights) load(warp);
 
   // Two accumulators, for even and odd MMAs of a group: two dependency chains instead of one
   // (2.04-2.05 against 2.06 ms/step at one token, 2.69 against 2.73 at two; four spill).
   float acc[4] = {}, acc_odd[4] = {};
   for (int base = warp; base < chunks; base += kGemvWarps * kChunksInFlight) {
-    if (base != warp) load(base);  // kSmemWeights: from shared memory
+    if (base != warp) load(base);
 #pragma unroll
     for (int c = 0; c < kChunksInFlight; ++c) {
       const int chunk = base + c * kGemvWarps;
@@ -544,13 +499,6 @@ cudaError_t LaunchMoeAlign(const int32_t* ids, int pairs, int experts, const Moe
   return cudaGetLastError();
 }
 
-bool MoeGemvTakesSmemWeights(const MoeGemmArgs& args) {
-  return args.smem_weights && args.n % kGemvRows == 0 &&
-         reinterpret_cast<uintptr_t>(args.scales) % 16 == 0 &&
-         MoeGemvSharedBytes(args.k) + GemvSmemWeightBytes(static_cast<int>(args.k)) <=
-             kMoeGemvSmemWeightsMaxBytes;
-}
-
 int64_t MoeGemvSharedBytes(int64_t k) {
   return (int64_t{MoeChunks(static_cast<int>(k))} * 4 * kGroupWords + kGemvWarps * kGemvRows) * 4;
 }
@@ -573,26 +521,17 @@ cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
   const int64_t pairs = args.a.rows * args.a_row_div;  // one A row per token or per pair
   if (pairs == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0 || pairs > 65535) return cudaErrorInvalidValue;
+  const int64_t smem = MoeGemvSharedBytes(args.k);
   const dim3 grid(static_cast<unsigned>((args.n + kGemvRows - 1) / kGemvRows),
                   static_cast<unsigned>(pairs));
   // 3 chunks in flight fit kGemvMinCtasPerSm's registers without spills.
   constexpr int kChunksInFlight = 3;
-  if (MoeGemvTakesSmemWeights(args)) {
-    constexpr auto kKernel = MoeMxfp4GemvKernel<kChunksInFlight, true>;
-    const int64_t smem = MoeGemvSharedBytes(args.k) + GemvSmemWeightBytes(args.k);
-    if (const cudaError_t err = AllowDynamicSharedMemory<kKernel>(smem); err != cudaSuccess) {
-      return err;
-    }
-    return LaunchMaybePdl(kKernel, grid, dim3(kGemvThreads), static_cast<size_t>(smem), stream,
-                          args.pdl, args);
-  }
-  constexpr auto kKernel = MoeMxfp4GemvKernel<kChunksInFlight, false>;
-  const int64_t smem = MoeGemvSharedBytes(args.k);
-  if (const cudaError_t err = AllowDynamicSharedMemory<kKernel>(smem); err != cudaSuccess) {
+  if (const cudaError_t err = AllowDynamicSharedMemory<MoeMxfp4GemvKernel<kChunksInFlight>>(smem);
+      err != cudaSuccess) {
     return err;
   }
-  return LaunchMaybePdl(kKernel, grid, dim3(kGemvThreads), static_cast<size_t>(smem), stream,
-                        args.pdl, args);
+  return LaunchMaybePdl(MoeMxfp4GemvKernel<kChunksInFlight>, grid, dim3(kGemvThreads),
+                        static_cast<size_t>(smem), stream, args.pdl, args);
 }
 
 cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cudaStream_t stream,
@@ -626,8 +565,7 @@ MoeGemmArgs MoeLayerArgs::GateUp() const {
           .out = act,
           .ids = ids,
           .experts = experts,
-          .pdl = pdl,
-          .smem_weights = gemv_smem_weights};
+          .pdl = pdl};
 }
 
 MoeGemmArgs MoeLayerArgs::Down() const {
@@ -643,8 +581,7 @@ MoeGemmArgs MoeLayerArgs::Down() const {
           .out = y,
           .ids = ids,
           .experts = experts,
-          .pdl = pdl,
-          .smem_weights = gemv_smem_weights};
+          .pdl = pdl};
 }
 
 cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream) {

@@ -77,9 +77,6 @@ struct MoeGemmArgs {
   const int32_t* ids = nullptr;
   int experts = 0;
   bool pdl = false;  // LaunchMoeMxfp4Gemv: launched programmatically (pdl.cuh)
-  // LaunchMoeMxfp4Gemv: each CTA's weight rows and scales go to shared memory by cp.async at once
-  // (where MoeGemvTakesSmemWeights) instead of a few chunks at a time through registers.
-  bool smem_weights = false;
 };
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 
@@ -92,11 +89,6 @@ inline constexpr int64_t kMoeGemvMaxTokens = 2;
 // Shared memory the GEMV needs for inputs of k features (one staged input row); the GEMM's is
 // fixed (static).
 int64_t MoeGemvSharedBytes(int64_t k);
-
-// Shared memory the GEMV with smem_weights may use per CTA, and whether it takes `args` so: N a
-// multiple of 16 (whole row tiles, 16-byte aligned scale tiles) and the CTA's rows fitting.
-inline constexpr int64_t kMoeGemvSmemWeightsMaxBytes = 64 * 1024;
-bool MoeGemvTakesSmemWeights(const MoeGemmArgs& args);
 
 // MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
 // alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2),
@@ -129,7 +121,6 @@ struct MoeLayerArgs {
   RowsView out;                // bf16 [tokens, hidden]
   // The GEMV form's kernels (both projections, the combine) launch programmatically (pdl.cuh).
   bool pdl = false;
-  bool gemv_smem_weights = false;  // MoeGemmArgs::smem_weights of both projections
   // norm.weight set: the combine is not written to `out` but added to norm.residual and
   // normalised into norm.out in one kernel (NormArgs::combine; RmsNormTakesCombine must hold):
   // exactly LaunchMoeCombine, then LaunchRmsNorm with the residual.

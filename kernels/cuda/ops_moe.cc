@@ -253,7 +253,6 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                              .y = static_cast<float*>(moe_out_.view().data),
                              .out = AsRows(out.SliceRows(t0, t0 + n)),
                              .pdl = options_.pdl_decode_kernels,
-                             .gemv_smem_weights = options_.moe_gemv_smem,
                              .norm = fused_norm};
     RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Layer(layer, gemv, stream_)));
   }
