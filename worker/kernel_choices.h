@@ -21,6 +21,7 @@ struct KernelChoices {
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
+  bool fp8_gemv_mma = false;       // FP8-weight decode GEMV on tensor cores
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
   std::string pdl = "all";         // which kernels launch while their predecessor runs
 };
@@ -58,6 +59,11 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "their activations to FP8 per row and 128 columns and run cuBLASLt's FP8 "
                  "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
       ->capture_default_str();
+  app.add_option("--fp8-gemv-mma", k.fp8_gemv_mma,
+                 "cuda, experimental, with --fp8-matmuls: steps of up to 8 rows multiply the FP8 "
+                 "weights on tensor cores (codes to f16, activations as f16 scaled per row by a "
+                 "power of two) instead of the CUDA-core GEMV")
+      ->capture_default_str();
   app.add_option("--gemv", k.gemv,
                  "cuda: own skinny GEMV kernel for single-row bf16 matmuls (batch-1 decode) "
                  "instead of cuBLASLt (weights <= 1 MiB take it up to 8 rows anyway)")
@@ -86,7 +92,8 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,
-          .fp8_w8a8 = k.fp8_w8a8};
+          .fp8_w8a8 = k.fp8_w8a8,
+          .fp8_gemv_mma = k.fp8_gemv_mma};
 }
 #endif
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_dequant.h"
+#include "kernels/cuda/fp8_gemv_mma.h"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
@@ -147,6 +148,10 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .scale_cols = w.scales.dim(1),
                         .block = static_cast<int>(w.block),
                         .pdl = options_.pdl};
+    if (options_.fp8_gemv_mma && Fp8MmaGemvSupports(gemv)) {
+      return LaunchedWeights(kOp, LaunchFp8MmaGemv(gemv, stream_), n, k,
+                             static_cast<double>(n * k));
+    }
     if (GemvSupports(gemv)) {
       return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), n, k, static_cast<double>(n * k));
     }

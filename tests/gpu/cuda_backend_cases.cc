@@ -11,21 +11,27 @@
 namespace xserv::kernels::testing {
 namespace {
 
-// Three cases: the default (single-row matmuls and weights of at most kGemvSmallWeightBytes take
-// the skinny GEMV, the rest cuBLASLt's heuristic), cuBLASLt for every row count, and the
-// batch-invariant mode, which alone promises rows independent of the batch.
+// Four cases: the default (single-row matmuls and weights of at most kGemvSmallWeightBytes take
+// the skinny GEMV, the rest cuBLASLt's heuristic), the default with FP8 weights' decode rows on
+// tensor cores (fp8_gemv_mma), cuBLASLt for every row count, and the batch-invariant mode,
+// which alone promises rows independent of the batch.
 std::vector<BackendCase> CudaCases() {
   auto info = xserv::cuda::QueryRuntime();
   if (!info.ok() || info->devices.empty()) return {};
-  auto make = [](bool invariant, bool gemv) {
-    return [invariant, gemv]() -> std::unique_ptr<Backend> {
-      auto backend = cuda::CudaBackend::Create(cuda::CudaBackendOptions{
-          .device = 0, .check_each_op = true, .batch_invariant = invariant, .gemv = gemv});
+  auto make = [](bool invariant, bool gemv, bool fp8_mma = false) {
+    return [invariant, gemv, fp8_mma]() -> std::unique_ptr<Backend> {
+      auto backend = cuda::CudaBackend::Create(cuda::CudaBackendOptions{.device = 0,
+                                                                        .check_each_op = true,
+                                                                        .batch_invariant = invariant,
+                                                                        .gemv = gemv,
+                                                                        .fp8_gemv_mma = fp8_mma});
       if (!backend.ok()) return nullptr;
       return std::move(*backend);
     };
   };
   return {BackendCase{.name = "Cuda", .make = make(false, true), .batch_invariant = false},
+          BackendCase{
+              .name = "CudaFp8Mma", .make = make(false, true, true), .batch_invariant = false},
           BackendCase{.name = "CudaNoGemv", .make = make(false, false), .batch_invariant = false},
           BackendCase{.name = "CudaBatchInvariant",
                       .make = make(true, false),

@@ -1,0 +1,26 @@
+// Launcher of the FP8-weight skinny GEMM on tensor cores (fp8_gemv_mma.cu): the same call as
+// LaunchGemv with FP8 block-scaled weights (GemvArgs::scales set), out[m, n] = x[m, k] ·
+// dequant(w)[n, k]^T (+ bias), for m <= 8 decode rows. CudaBackend::MatmulFp8 sends such calls
+// here instead of the CUDA-core GEMV when CudaBackendOptions::fp8_gemv_mma is on and
+// Fp8MmaGemvSupports says yes.
+//
+// Why: the CUDA-core GEMV converts every weight to f32 and multiplies it by one activation: about
+// one warp instruction per 4 weight bytes, and it streamed Qwen3-8B's FP8 weights at about half
+// the read bandwidth (docs/benchmarks). Here the codes become f16 pairs with one conversion per
+// two weights and an m16n8k16 MMA takes 16 rows x 16 inputs x all 8 rows of x at once.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/gemv.h"
+
+namespace xserv::kernels::cuda {
+
+// FP8 weights (scales set, no GLU) with k and the block size multiples of 64, 16-byte aligned x
+// and weight rows, m <= kGemvMaxRows and x small enough for shared memory as f16 (m * k * 2 <=
+// kGemvMaxSharedBytes), bf16 or f32 output and bias.
+bool Fp8MmaGemvSupports(const GemvArgs& args);
+
+cudaError_t LaunchFp8MmaGemv(const GemvArgs& args, cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda
