@@ -21,6 +21,13 @@ namespace xserv::kernels::cuda {
 // kGemvMaxSharedBytes), bf16 or f32 output and bias.
 bool Fp8MmaGemvSupports(const GemvArgs& args);
 
+// Rows from which CudaBackend::MatmulFp8 takes this kernel (CudaBackendOptions::fp8_gemv_mma).
+// Qwen3-8B FP8 decode on an H200, ms/step against the CUDA-core GEMV: 3.71 vs 3.43 at 1 row,
+// 4.35 vs 4.04 at 2, 4.87 vs 5.32 at 3 and vs 5.31 at 4 (docs/benchmarks, session 13): the
+// tensor cores' work does not grow with the rows, this kernel's prologue (x's row maxima and
+// conversion to f16, three barriers) costs the single-row step.
+inline constexpr int kFp8MmaGemvMinRows = 3;
+
 cudaError_t LaunchFp8MmaGemv(const GemvArgs& args, cudaStream_t stream);
 
 }  // namespace xserv::kernels::cuda

@@ -148,7 +148,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .scale_cols = w.scales.dim(1),
                         .block = static_cast<int>(w.block),
                         .pdl = options_.pdl};
-    if (options_.fp8_gemv_mma && Fp8MmaGemvSupports(gemv)) {
+    if (options_.fp8_gemv_mma && call.m >= kFp8MmaGemvMinRows && Fp8MmaGemvSupports(gemv)) {
       return LaunchedWeights(kOp, LaunchFp8MmaGemv(gemv, stream_), n, k,
                              static_cast<double>(n * k));
     }
