@@ -185,14 +185,14 @@ bool Fp8MmaGemvSupports(const GemvArgs& a) {
   return a.scales != nullptr && !a.glu && a.block >= kStep && a.block % kStep == 0 &&
          a.k >= kStep && a.k % kStep == 0 && a.m >= 1 && a.m <= kMaxRows && a.n >= 1 &&
          a.ldx % 8 == 0 && a.ldw % 16 == 0 && aligned(a.x) && aligned(a.w) &&
-         int64_t{a.m} * a.k * 2 <= kGemvMaxSharedBytes &&
+         int64_t{a.m} * a.k * 2 <= kFp8MmaGemvMaxSharedBytes &&
          (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&
          (a.bias == nullptr || a.bias_type == ElemType::kF32 || a.bias_type == ElemType::kBF16);
 }
 
 cudaError_t LaunchFp8MmaGemv(const GemvArgs& a, cudaStream_t stream) {
   if (!Fp8MmaGemvSupports(a)) return cudaErrorInvalidValue;
-  if (const cudaError_t err = AllowDynamicSharedMemory<Fp8MmaGemvKernel>(kGemvMaxSharedBytes);
+  if (const cudaError_t err = AllowDynamicSharedMemory<Fp8MmaGemvKernel>(kFp8MmaGemvMaxSharedBytes);
       err != cudaSuccess) {
     return err;
   }

@@ -16,9 +16,14 @@
 
 namespace xserv::kernels::cuda {
 
+// Shared memory for x as f16 (m * k * 2 bytes): up to 8 rows of Qwen3-8B's 12,288-input down
+// projection (192 KB; the CUDA-core GEMV stops at kGemvMaxSharedBytes, and a matmul neither
+// takes decodes its whole weight to bf16 each step).
+inline constexpr int64_t kFp8MmaGemvMaxSharedBytes = 200 * 1024;
+
 // FP8 weights (scales set, no GLU) with k and the block size multiples of 64, 16-byte aligned x
-// and weight rows, m <= kGemvMaxRows and x small enough for shared memory as f16 (m * k * 2 <=
-// kGemvMaxSharedBytes), bf16 or f32 output and bias.
+// and weight rows, m <= kGemvMaxRows and m * k * 2 <= kFp8MmaGemvMaxSharedBytes, bf16 or f32
+// output and bias.
 bool Fp8MmaGemvSupports(const GemvArgs& args);
 
 // Rows from which CudaBackend::MatmulFp8 takes this kernel (CudaBackendOptions::fp8_gemv_mma).

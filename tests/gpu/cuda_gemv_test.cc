@@ -149,14 +149,16 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
 // The FP8 GEMV on tensor cores (fp8_gemv_mma.h) against a double-precision reference over the
 // decoded weights, with and without PDL: shapes with a partial row tile, a partial last weight
 // block (k = 576), x rows of very different magnitudes (each row's f16 scaling), k = 12288 at
-// m = 3; and every row computed alone equals its row in the batch, bit for bit.
+// m = 3 and m = 8 (192 KB of x); and every row computed alone equals its row in the batch, bit
+// for bit.
 TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
   auto info = xserv::cuda::QueryRuntime();
   ASSERT_TRUE(info.ok()) << info.status();
   if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
   constexpr int kBlock = 128;
   const Shape shapes[] = {{1, 1000, 4096}, {3, 37, 1024}, {8, 300, 1024}, {2, 4097, 576},
-                          {3, 96, 12288},  {5, 1, 256},   {1, 40000, 64}, {4, 6144, 4096}};
+                          {3, 96, 12288},  {5, 1, 256},   {1, 40000, 64}, {4, 6144, 4096},
+                          {8, 64, 12288}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
     std::mt19937 rng(static_cast<uint32_t>(s.n * 5 + s.k));
