@@ -9,8 +9,10 @@
 //
 // Grid: (sequence, kv head, CTA of P sharing the keys). A CTA of 4 warps; the sequence's keys are
 // cut into 16-key tiles dealt round robin to the P' x 4 warps, P' <= P the CTAs its length needs
-// (at least 2 tiles per warp; the host sizes P for the longest sequence a graph may see). Each warp streams its tiles through
-// a 3-stage cp.async ring in its own shared memory (no CTA barrier in the loop), and per tile
+// (at least 2 tiles per warp). The host sizes P for the longest sequence a graph may see, bounded
+// by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA. Each warp streams its
+// tiles through a 3-stage cp.async ring in its own shared memory (no CTA barrier in the loop),
+// and per tile
 //   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled and masked (causal + window);
 //   online softmax over the quad of lanes holding a row;
 //   O += P V    P as bf16 A fragments from the S accumulators, V by ldmatrix.trans.

@@ -62,8 +62,8 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
 }
 
 __device__ __forceinline__ float LoadBias(const GemvArgs& a, int n) {
-  return a.bias_type == ElemType::kF32 ? static_cast<const float*>(a.bias)[n]
-                                       : __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[n]);
+  if (a.bias_type == ElemType::kF32) return static_cast<const float*>(a.bias)[n];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[n]);
 }
 
 __global__ void __launch_bounds__(kThreads) Fp8MmaGemvKernel(const __grid_constant__ GemvArgs a) {

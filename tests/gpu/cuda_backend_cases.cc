@@ -20,11 +20,12 @@ std::vector<BackendCase> CudaCases() {
   if (!info.ok() || info->devices.empty()) return {};
   auto make = [](bool invariant, bool gemv, bool fp8_mma = false) {
     return [invariant, gemv, fp8_mma]() -> std::unique_ptr<Backend> {
-      auto backend = cuda::CudaBackend::Create(cuda::CudaBackendOptions{.device = 0,
-                                                                        .check_each_op = true,
-                                                                        .batch_invariant = invariant,
-                                                                        .gemv = gemv,
-                                                                        .fp8_gemv_mma = fp8_mma});
+      const cuda::CudaBackendOptions options{.device = 0,
+                                             .check_each_op = true,
+                                             .batch_invariant = invariant,
+                                             .gemv = gemv,
+                                             .fp8_gemv_mma = fp8_mma};
+      auto backend = cuda::CudaBackend::Create(options);
       if (!backend.ok()) return nullptr;
       return std::move(*backend);
     };

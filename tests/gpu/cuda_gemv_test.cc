@@ -165,7 +165,8 @@ TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
     std::vector<float> x = RandomBf16(static_cast<size_t>(s.m) * s.k, rng);
     // Row r scaled by 2^(6r - 12): from 2^-12 to 2^30, beyond f16's range at the top.
     for (int r = 0; r < s.m; ++r) {
-      for (int i = 0; i < s.k; ++i) x[static_cast<size_t>(r) * s.k + i] *= std::ldexp(1.0f, 6 * r - 12);
+      const float f = std::ldexp(1.0f, 6 * r - 12);
+      for (int i = 0; i < s.k; ++i) x[static_cast<size_t>(r) * s.k + i] *= f;
     }
     std::vector<float> w = RandomBf16(static_cast<size_t>(s.n) * s.k, rng, -0.1f, 0.1f);
     const Fp8Blocks q = QuantizeFp8Blocks(w, s.n, s.k, kBlock);
