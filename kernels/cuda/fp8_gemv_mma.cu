@@ -49,11 +49,13 @@ __device__ __forceinline__ uint32_t F16PairOf(uint32_t word) {
 __device__ __forceinline__ float Pow2(int s) { return __int_as_float((127 + s) << 23); }
 
 // The power of two s that puts a row's largest magnitude (an f32's bits) times 2^-s in
-// [2^14, 2^15); 0 for rows that are zero, subnormal, infinite or NaN (kept as they are).
+// [2^14, 2^15), at least -126 (rows below 2^-112 keep fewer bits). 0 for a row that is zero or
+// wholly subnormal (it becomes zeros), or holds an infinity (its finite values above 65504 then
+// become infinities too) or only NaN.
 __device__ __forceinline__ int ShiftOf(uint32_t amax_bits) {
   const int e = static_cast<int>(amax_bits >> 23);
   if (e == 0 || e == 255) return 0;
-  return max(e - 127 - 14, -100);
+  return max(e - 127 - 14, -126);
 }
 
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
@@ -192,12 +194,14 @@ bool Fp8MmaGemvSupports(const GemvArgs& a) {
 
 cudaError_t LaunchFp8MmaGemv(const GemvArgs& a, cudaStream_t stream) {
   if (!Fp8MmaGemvSupports(a)) return cudaErrorInvalidValue;
-  if (const cudaError_t err = AllowDynamicSharedMemory<Fp8MmaGemvKernel>(kFp8MmaGemvMaxSharedBytes);
+  // What this call needs (a device with less shared memory than an H200 still takes small x).
+  const size_t smem = static_cast<size_t>(a.m) * a.k * 2;
+  const auto bytes = static_cast<int64_t>(smem);
+  if (const cudaError_t err = AllowDynamicSharedMemory<Fp8MmaGemvKernel>(bytes);
       err != cudaSuccess) {
     return err;
   }
   const unsigned grid = static_cast<unsigned>((a.n + kTileRows - 1) / kTileRows);
-  const size_t smem = static_cast<size_t>(a.m) * a.k * 2;
   return LaunchMaybePdl(Fp8MmaGemvKernel, dim3(grid), dim3(kThreads), smem, stream, a.pdl, a);
 }
 
