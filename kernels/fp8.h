@@ -27,9 +27,10 @@ void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t
                          std::span<float> values);
 
 // One group of `values` to E4M3 `codes` (as many): returns the group's scale = amax / 448 in f32
-// (1 where that is 0: an all-zero group, or one whose amax / 448 underflows; not rounded further), codes = E4M3(value / scale), round to nearest
-// even, saturating. The arithmetic of every dynamic quantiser here (activations, the FP8 KV
-// cache's (token, head) rows) and of its CUDA twins.
+// (1 where that is 0: an all-zero group, or one whose amax / 448 underflows; not rounded
+// further), codes = E4M3(value / scale), round to nearest even, saturating. The arithmetic of
+// every dynamic quantiser here (activations, the FP8 KV cache's (token, head) rows) and of its
+// CUDA twins.
 float QuantizeFp8Group(std::span<const float> values, uint8_t* codes);
 
 // Dynamic per-row quantisation of activations for W8A8 GEMMs: each row's groups of `group`

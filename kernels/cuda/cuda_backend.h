@@ -169,17 +169,17 @@ class CudaBackend final : public Backend {
                                double weight_bytes);
   // check_each_op: waits for the stream and names `op` in a device error.
   absl::Status WaitIfChecking(const char* op);
-  // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
   // The AddRmsNorm that ExpertsAddRmsNorm folds the experts' combine into.
   struct MoeNorm {
     Tensor residual, weight, normed;
     float eps = 1e-6f;
   };
   // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens; with `norm`
-  // the combine feeds that norm instead of `out` (the caller checked it: MoeNormArgs).
+  // the combine feeds that norm instead of `out` (the caller checked RmsNormTakesCombine).
   absl::Status ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
                             const ExpertWeights& experts, const GluParams& glu, const Tensor& out,
                             const MoeNorm* norm = nullptr);
+  // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
   // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape.

@@ -53,8 +53,9 @@ struct Layout {
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
   static constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
   static constexpr int kCodeLd = kDim + 16;      // bytes of a code row (16-byte aligned rows)
-  static constexpr int kCodeTile = kTileKeys * kCodeLd;
-  static constexpr int kStageBytes = kFp8 ? 2 * kCodeTile + 2 * kTileKeys * 4 : 2 * kTile * 2;
+  static constexpr int kRowBytes = kFp8 ? kCodeLd : kLd * 2;  // a key row in a stage
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
+  static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
   static constexpr int kWarpBytes = kStages * kStageBytes + (kFp8 ? 2 * kTile * 2 : 0);
   static constexpr int64_t kBytes = int64_t{kQ} * 2 + int64_t{kWarps} * kWarpBytes;
   static constexpr int kRecord = kDim + 2;  // f32 state of one row: m, l, acc[kDim]
@@ -227,8 +228,6 @@ __global__ void __launch_bounds__(kThreads)
     // Rows of codes (FP8) or bf16, 16 bytes per copy; FP8 scales: lane j < 16 copies key j's.
     constexpr int kElem = kFp8 ? 1 : 2;              // bytes per cached element
     constexpr int kRowVecs = kDim * kElem / 16;       // copies per key row
-    constexpr int kRowBytes = kFp8 ? L::kCodeLd : kLd * 2;  // a key row in the stage
-    constexpr int kTileBytes = kTileKeys * kRowBytes;
     const auto* k_src = static_cast<const unsigned char*>(a.k_cache) + kvh * kDim * kElem;
     const auto* v_src = static_cast<const unsigned char*>(a.v_cache) + kvh * kDim * kElem;
     if (kFp8 && lane < kTileKeys) {
@@ -237,7 +236,7 @@ __global__ void __launch_bounds__(kThreads)
               ? (static_cast<int64_t>(block) * a.block_size + (k0 + lane) % a.block_size) *
                         a.kv_heads + kvh
               : 0;
-      float* scales = reinterpret_cast<float*>(stage + 2 * kTileBytes);
+      float* scales = reinterpret_cast<float*>(stage + 2 * L::kTileBytes);
       CpAsync4(scales + lane, a.k_scale + at, block >= 0 ? 4 : 0);
       CpAsync4(scales + kTileKeys + lane, a.v_scale + at, block >= 0 ? 4 : 0);
     }
@@ -249,8 +248,9 @@ __global__ void __launch_bounds__(kThreads)
           b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
                            slot_elems * kElem + c * 16
                  : 0;
-      CpAsync16(stage + key * kRowBytes + c * 16, k_src + off, b >= 0 ? 16 : 0);
-      CpAsync16(stage + kTileBytes + key * kRowBytes + c * 16, v_src + off, b >= 0 ? 16 : 0);
+      CpAsync16(stage + key * L::kRowBytes + c * 16, k_src + off, b >= 0 ? 16 : 0);
+      CpAsync16(stage + L::kTileBytes + key * L::kRowBytes + c * 16, v_src + off,
+                b >= 0 ? 16 : 0);
     }
   };
 
@@ -274,12 +274,12 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kFp8) {
       bf16* converted = reinterpret_cast<bf16*>(ring + kStages * L::kStageBytes);
       ConvertFp8Rows<kDim>(stage, L::kCodeLd, converted, kLd, kTileKeys, lane, kWarpSize);
-      ConvertFp8Rows<kDim>(stage + L::kCodeTile, L::kCodeLd, converted + L::kTile, kLd, kTileKeys,
+      ConvertFp8Rows<kDim>(stage + L::kTileBytes, L::kCodeLd, converted + L::kTile, kLd, kTileKeys,
                            lane, kWarpSize);
       __syncwarp();  // every lane's rows converted before the fragments read them
       k_s = converted;
       v_s = converted + L::kTile;
-      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kCodeTile);
+      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
     }
     const uint32_t key_bad = bad_keys[warp][n % kStages];
     const int k0 = (t_first + wg + n * stride) * kTileKeys;

@@ -48,7 +48,6 @@ struct FlashLayout {
   static constexpr int kLd = kDim + kPad;          // bf16 per K / V / Q row
   static constexpr int kTile = kTileKeys * kLd;    // bf16 of one K or V tile
   static constexpr int kCodeLd = kDim + 16;        // bytes per code row
-  static constexpr int kCodeTile = kTileKeys * kCodeLd;
   static constexpr int kRowBytes = kFp8 ? kCodeLd : kLd * 2;  // a key row in a stage
   static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
@@ -199,12 +198,12 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
       // The warps are done with the converted tiles of tile n - 1 (the barrier above).
       ConvertFp8Rows<kDim>(stage, L::kCodeLd, converted, kLd, kTileKeys, threadIdx.x,
                            kFlashThreads);
-      ConvertFp8Rows<kDim>(stage + L::kCodeTile, L::kCodeLd, converted + kTile, kLd, kTileKeys,
+      ConvertFp8Rows<kDim>(stage + L::kTileBytes, L::kCodeLd, converted + kTile, kLd, kTileKeys,
                            threadIdx.x, kFlashThreads);
       __syncthreads();
       k_s = converted;
       v_s = converted + kTile;
-      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kCodeTile);
+      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
     }
     const uint64_t key_bad = bad_s[n % 3][0] | uint64_t{bad_s[n % 3][1]} << 32;
 

@@ -29,6 +29,13 @@ __device__ __forceinline__ float Fp8Value(uint8_t code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
 }
 
+// Two codes of one 16-bit word (low byte first) as the bits of an f16x2 (exact; the low byte's
+// half in the low 16 bits): a tensor-core fragment register (fp8_gemv_mma.cu).
+__device__ __forceinline__ uint32_t Fp8PairHalf2Bits(uint16_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
+
 // Two codes of one 16-bit word (low byte first).
 __device__ __forceinline__ float2 Fp8Pair(uint16_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3)));

@@ -17,11 +17,11 @@
 // output's reduction order depends only on k, not on m or the other rows.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/fp8_gemv_mma.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -36,14 +36,6 @@ constexpr int kMaxRows = kGemvMaxRows;  // x rows: the MMA's N (8)
 constexpr int kStep = 64;              // inputs per step: 16 per thread of a quad
 constexpr int kUnroll = 4;             // steps in flight per warp
 static_assert(kMaxRows == 8, "x rows are the N of m16n8k16");
-
-// Two E4M3 codes (the low or high 16 bits of `word`, lower byte first) as an f16x2 register.
-template <bool kHigh>
-__device__ __forceinline__ uint32_t F16PairOf(uint32_t word) {
-  const auto codes = static_cast<__nv_fp8x2_storage_t>(kHigh ? word >> 16 : word & 0xFFFFu);
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
-}
 
 // 2^s as an f32, s in [-126, 127].
 __device__ __forceinline__ float Pow2(int s) { return __int_as_float((127 + s) << 23); }
@@ -149,8 +141,8 @@ __global__ void __launch_bounds__(kThreads) Fp8MmaGemvKernel(const __grid_consta
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         MmaF16(step_sum,
-               {F16PairOf<false>(lo[t]), F16PairOf<false>(hi[t]), F16PairOf<true>(lo[t]),
-                F16PairOf<true>(hi[t])},
+               {Fp8PairHalf2Bits(lo[t] & 0xFFFFu), Fp8PairHalf2Bits(hi[t] & 0xFFFFu),
+                Fp8PairHalf2Bits(lo[t] >> 16), Fp8PairHalf2Bits(hi[t] >> 16)},
                xw[2 * t], xw[2 * t + 1]);
       }
       const float scale = __ldg(block_scales + s * kStep / a.block);

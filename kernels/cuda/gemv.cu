@@ -13,13 +13,13 @@
 // PDL (GemvArgs::pdl, pdl.cuh): the weights are constants, so a warp issues its first batch of
 // weight loads before waiting for the kernel that produced x (and lets the next kernel launch).
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -39,10 +39,10 @@ __device__ __forceinline__ float Load(const void* p, ElemType type, int64_t i) {
 template <bool kFp8>
 __device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
   if constexpr (kFp8) {
-    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+    const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+      const float2 f = Fp8Pair(pairs[i]);
       out[2 * i] = f.x;
       out[2 * i + 1] = f.y;
     }

@@ -18,10 +18,12 @@ __device__ __forceinline__ bool CombineHasBadId(const MoeCombineRows& m, int64_t
   return bad;
 }
 
-// 8 bf16 NaNs (kBf16NaNBits): what the combine stores for a token with a bad id.
+// Two bf16 NaNs (kBf16NaNBits): what the combine stores for a token with a bad id.
+inline constexpr uint32_t kBf16NaNPairBits = uint32_t{kBf16NaNBits} * 0x10001u;
+
+// 8 of them.
 __device__ __forceinline__ uint4 NaNBf16x8() {
-  constexpr uint32_t kNaNs = uint32_t{kBf16NaNBits} * 0x10001u;
-  return make_uint4(kNaNs, kNaNs, kNaNs, kNaNs);
+  return make_uint4(kBf16NaNPairBits, kBf16NaNPairBits, kBf16NaNPairBits, kBf16NaNPairBits);
 }
 
 // Columns c0 .. c0 + 3 of token t's combined row (f32, before rounding): fused multiply-adds in

@@ -485,9 +485,9 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kCombineCols + threadIdx.x * 4;
   if (c0 >= out.cols) return;
   const float4 sum = CombineFloat4(m, t, out.cols, c0);
-  constexpr uint32_t kNaNs = uint32_t{kBf16NaNBits} * 0x10001u;
   *reinterpret_cast<uint2*>(RowPtr<bf16>(out, t) + c0) =
-      bad ? make_uint2(kNaNs, kNaNs) : make_uint2(PackBf16x2(sum.x, sum.y), PackBf16x2(sum.z, sum.w));
+      bad ? make_uint2(kBf16NaNPairBits, kBf16NaNPairBits)
+          : make_uint2(PackBf16x2(sum.x, sum.y), PackBf16x2(sum.z, sum.w));
 }
 
 }  // namespace

@@ -148,14 +148,15 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                         .scale_cols = w.scales.dim(1),
                         .block = static_cast<int>(w.block),
                         .pdl = options_.pdl};
+    const bool cuda_cores = GemvSupports(gemv);
     // The tensor-core form from kFp8MmaGemvMinRows rows, and wherever x is too large for the
     // CUDA-core GEMV's shared memory (rather than decoding the whole weight).
-    if (options_.fp8_gemv_mma && (call.m >= kFp8MmaGemvMinRows || !GemvSupports(gemv)) &&
+    if (options_.fp8_gemv_mma && (call.m >= kFp8MmaGemvMinRows || !cuda_cores) &&
         Fp8MmaGemvSupports(gemv)) {
       return LaunchedWeights(kOp, LaunchFp8MmaGemv(gemv, stream_), n, k,
                              static_cast<double>(n * k));
     }
-    if (GemvSupports(gemv)) {
+    if (cuda_cores) {
       return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), n, k, static_cast<double>(n * k));
     }
   }
