@@ -390,14 +390,16 @@ constexpr int kGemvMinCtasPerSm = 6;
 template <int kChunksInFlight>
 __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
     MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
-  PdlBegin();  // pdl.cuh: the routing and the input are the stream's earlier kernels' outputs
+  // pdl.cuh: the input is the previous kernel's output; the routing too unless
+  // ids_before_previous_wait, when its writer completed before this kernel could launch.
+  if (!a.ids_before_previous_wait) PdlBegin();
   extern __shared__ __align__(16) uint32_t gemv_smem[];  // read and written as uint4 too
   const int groups = a.k / 32, chunks = MoeChunks(a.k);
   uint32_t* xs = gemv_smem;  // the input, StageGroupMajorRow's layout
   float* partial = reinterpret_cast<float*>(xs + chunks * 4 * kGroupWords);  // [warps][rows]
   const int p = blockIdx.y;
   const int e = a.ids[p];
-  if (e < 0 || e >= a.experts) return;  // uniform across the CTA
+  if (e < 0 || e >= a.experts) return;  // uniform across the CTA; writes nothing
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q = lane % 4;
   const int row0 = blockIdx.x * kGemvRows;
@@ -415,6 +417,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
     }
   };
   load(warp);
+  if (a.ids_before_previous_wait) PdlBegin();  // the weights' first chunks are in flight
 
   // The input, permuted, while the weights are in flight.
   StageGroupMajorRow(RowPtr<const bf16>(a.a, p / a.a_row_div), a.k, xs, threadIdx.x, kGemvThreads);
@@ -581,7 +584,9 @@ MoeGemmArgs MoeLayerArgs::Down() const {
           .out = y,
           .ids = ids,
           .experts = experts,
-          .pdl = pdl};
+          .pdl = pdl,
+          // The gate_up GEMV before it waits for the router's ids, then triggers (PdlBegin).
+          .ids_before_previous_wait = true};
 }
 
 cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream) {

@@ -77,6 +77,11 @@ struct MoeGemmArgs {
   const int32_t* ids = nullptr;
   int experts = 0;
   bool pdl = false;  // LaunchMoeMxfp4Gemv: launched programmatically (pdl.cuh)
+  // LaunchMoeMxfp4Gemv with pdl: `ids` was written before the previous kernel's PdlWait, and
+  // that kernel waits before it lets this one launch in every CTA (the down projection after the
+  // gate_up GEMV). Its writer has then completed before this kernel starts, so the GEMV reads
+  // the ids and loads its first weights before its own PdlWait, overlapping the gate_up's tail.
+  bool ids_before_previous_wait = false;
 };
 cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
 

@@ -15,15 +15,18 @@ batches=${2:-1,8,32}
 tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
-python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-  --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >/dev/null 2>&1
+model=${MODEL_DIR:-$work/model}  # MODEL_DIR: a model made earlier in the same call
+if [[ -z ${MODEL_DIR:-} ]]; then
+  python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
+    --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >/dev/null 2>&1
+fi
 # VARIANTS="name=FLAGS|name2=FLAGS2": the heuristic mode once per variant (its flags after
 # BENCH_FLAGS), on the same weights, then a table of decode ms/step by batch (e.g.
 # VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true").
 # BINS="xserv-engine-bench xserv-engine-bench-old": the heuristic mode with each bundled binary
 # (built from different trees), in turn, ROUNDS times (default 2) so drift between runs shows.
 bench() {  # flags...
-  ".bundle/bin/${BIN:-xserv-engine-bench}" --model "$work/model" --backend cuda \
+  ".bundle/bin/${BIN:-xserv-engine-bench}" --model "$model" --backend cuda \
     --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-64}" --batch "$batches" --repeats 3 \
     "$@" 2>&1 | grep --line-buffered -v "^\s*$"
 }

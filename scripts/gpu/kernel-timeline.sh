@@ -3,9 +3,12 @@
 # duration, to see where a step's time goes beyond the op profile (which turns graphs off and
 # adds event cost per op): the gaps between kernels, and the kernels themselves. Random weights
 # of ARCH, xserv-engine-bench at one batch size. nsys when the host has it (graph nodes traced);
-# else ncu, which replays each kernel alone (durations only, no gaps).
-# Writes $OUT/timeline-ARCH-bBATCH.csv (nsys: cuda_gpu_trace; ncu: its CSV) and prints a summary
-# by kernel name over the last decode steps (scripts/gpu/timeline_summary.py).
+# else the bundle's CUPTI tracer (libxserv_kernel_trace.so, loaded by CUDA_INJECTION64_PATH: the
+# same timeline, graph nodes included); else ncu, which replays each kernel alone (durations only,
+# no gaps; TRACER=ncu forces it).
+# Writes $OUT/timeline-ARCH-bBATCH.csv (nsys: cuda_gpu_trace; the tracer: the same columns; ncu:
+# its CSV) and prints a summary by kernel name over the last decode steps
+# (scripts/gpu/timeline_summary.py).
 # Usage: kernel-timeline.sh [qwen3-8b|gpt-oss-20b|...] [batch, default 1]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -14,10 +17,13 @@ arch=${1:-gpt-oss-20b}
 batch=${2:-1}
 tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
-python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-  --out "$work" --model-only >/dev/null 2>&1
+model=${MODEL_DIR:-$work/model}  # MODEL_DIR: a model made earlier in the same call
+if [[ -z ${MODEL_DIR:-} ]]; then
+  python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
+    --out "$work" --model-only >/dev/null 2>&1
+fi
 csv="$OUT/timeline-$arch-b$batch.csv"
-bench=(.bundle/bin/xserv-engine-bench --model "$work/model" --backend cuda --prompt-len 128
+bench=(.bundle/bin/xserv-engine-bench --model "$model" --backend cuda --prompt-len 128
        --gen-len "${GEN_LEN:-16}" --batch "$batch" --repeats 1 --batch-invariant false ${BENCH_FLAGS:-})
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 if [[ -n $nsys ]]; then
@@ -27,6 +33,12 @@ if [[ -n $nsys ]]; then
   "$nsys" stats --report cuda_gpu_trace --format csv --output "$work/tl" "$work/tl.nsys-rep" \
     >/dev/null 2>&1
   cp "$work"/tl_cuda_gpu_trace.csv "$csv"
+elif [[ ${TRACER:-cupti} == cupti && -f .bundle/bin/libxserv_kernel_trace.so ]]; then
+  cupti=$(find /usr/local/cuda/ -name 'libcupti.so*' 2>/dev/null | head -1)
+  echo "CUPTI tracer (${cupti:-libcupti not found})"
+  LD_LIBRARY_PATH="${cupti:+$(dirname "$cupti"):}$LD_LIBRARY_PATH" \
+    CUDA_INJECTION64_PATH="$PWD/.bundle/bin/libxserv_kernel_trace.so" XSERV_KERNEL_TRACE="$csv" \
+    "${bench[@]}" 2>&1 | tail -3
 else
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   echo "no nsys; $ncu (per-kernel replay: durations, no gaps)"

@@ -58,13 +58,16 @@ def main():
             spans.append(step[-1][1] + step[-1][2] - step[0][1])
         prev_end = None
         for name, start, dur in step:
-            e = by_name.setdefault(name, [0, 0, 0])
+            e = by_name.setdefault(name, [0, 0, 0, 0])
             e[0] += 1
             e[1] += dur
             if start is not None and prev_end is not None:
                 e[2] += max(0, start - prev_end)
+                e[3] += max(0, start + dur - prev_end)
+            elif start is not None:  # the step's first kernel
+                e[3] += dur
             if start is not None:
-                prev_end = start + dur
+                prev_end = max(prev_end or 0, start + dur)
     n = len(steps)
     print(f"{n} steps ending in {last}; {len(steps[-1])} launches per step")
     if spans:
@@ -72,10 +75,11 @@ def main():
               f" idle {(sum(spans) - sum(busy)) / n / 1e3:.1f} us")
     else:
         print(f"kernels busy {sum(busy) / n / 1e3:.1f} us per step (ncu replay: no gaps)")
-    print(f"{'kernel':92} {'calls':>6} {'us/step':>9} {'us/call':>8} {'gap us/step':>11}")
-    for name, (calls, dur, gap) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
+    print(f"{'kernel':92} {'calls':>6} {'us/step':>9} {'us/call':>8} {'gap us/step':>11}"
+          f" {'path us/step':>12}")
+    for name, (calls, dur, gap, path) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
         print(f"{name:92} {calls / n:6.0f} {dur / n / 1e3:9.1f} {dur / calls / 1e3:8.2f}"
-              f" {gap / n / 1e3:11.1f}")
+              f" {gap / n / 1e3:11.1f} {path / n / 1e3:12.1f}")
 
 
 if __name__ == "__main__":
