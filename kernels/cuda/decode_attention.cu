@@ -154,7 +154,7 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
 template <int kDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
-  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
+  // PdlBegin comes once the tiles of keys before this step's rows are in flight (below).
   using L = Layout<kDim, kFp8>;
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
@@ -166,38 +166,16 @@ __global__ void __launch_bounds__(kThreads)
   const int s = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
   const int group = a.heads / a.kv_heads;
   const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
-  if (!DecodeRows(a, q_len)) return;  // uniform across the CTA
+  // CTAs that do nothing still wait before they exit (pdl.cuh: the chain of waits).
+  if (!DecodeRows(a, q_len)) return PdlWait();  // uniform across the CTA
   const int rows = q_len * group;
   const int seq_len = a.seq_lens[s], context = seq_len - q_len;
   const int p_hi = seq_len - 1;
   const KeyTiles tiles = KeyTilesOf(a, seq_len, q_len);
-  if (z >= tiles.ctas) return;  // uniform; the merge does not read this CTA
+  if (z >= tiles.ctas) return PdlWait();  // uniform; the merge does not read this CTA
   const int key_lo = tiles.key_lo;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q4 = lane % 4;
-
-  // Tile row r: new row r / group, query head kvh * group + r % group; zeros past `rows`.
-  for (int i = threadIdx.x; i < kRows * kVecs; i += kThreads) {
-    const int r = i / kVecs, c = i % kVecs, t = q0 + r / group;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < rows && t >= 0 && t < a.tokens) {
-      const bf16* q = static_cast<const bf16*>(a.q) + static_cast<int64_t>(t) * a.q_token_stride +
-                      static_cast<int64_t>(kvh * group + r % group) * kDim;
-      v = *reinterpret_cast<const uint4*>(q + c * 8);
-    }
-    *reinterpret_cast<uint4*>(q_s + r * kLd + c * 8) = v;
-  }
-  __syncthreads();
-  uint32_t qa[kDim / 16][4];
-  LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
-  // The thread's tile rows g and g + 8: positions and first keys (rows past `rows` see none).
-  int pos[2], first[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = g + 8 * r;
-    pos[r] = row < rows ? context + row / group : -1;
-    first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
-  }
 
   // This warp's tiles: t_first + wg, + stride, ... up to t_last.
   const int t_first = tiles.first, t_last = tiles.last;
@@ -254,18 +232,51 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
+  // The first kStages tiles fill the ring. Those whose keys all precede this step's rows were
+  // written by earlier steps, whose kernels completed before the previous kernel let this one
+  // launch (it waits, then triggers: pdl.cuh), so they load before PdlWait, overlapping the
+  // previous kernel's tail; the query and the new keys are its output and load after it.
+  int issued = 0;
+  for (; issued < kStages && issued < n_tiles; ++issued) {
+    const int k0 = (t_first + wg + issued * stride) * kTileKeys;
+    if (min(k0 + kTileKeys - 1, p_hi) >= context) break;  // holds a key of this step's rows
+    issue(issued);
+    CpAsyncCommit();
+  }
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
+  for (; issued < kStages; ++issued) {
+    if (issued < n_tiles) issue(issued);
+    CpAsyncCommit();  // empty groups too: the wait below counts groups
+  }
+
+  // Tile row r: new row r / group, query head kvh * group + r % group; zeros past `rows`.
+  for (int i = threadIdx.x; i < kRows * kVecs; i += kThreads) {
+    const int r = i / kVecs, c = i % kVecs, t = q0 + r / group;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows && t >= 0 && t < a.tokens) {
+      const bf16* q = static_cast<const bf16*>(a.q) + static_cast<int64_t>(t) * a.q_token_stride +
+                      static_cast<int64_t>(kvh * group + r % group) * kDim;
+      v = *reinterpret_cast<const uint4*>(q + c * 8);
+    }
+    *reinterpret_cast<uint4*>(q_s + r * kLd + c * 8) = v;
+  }
+  __syncthreads();
+  uint32_t qa[kDim / 16][4];
+  LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
+  // The thread's tile rows g and g + 8: positions and first keys (rows past `rows` see none).
+  int pos[2], first[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    pos[r] = row < rows ? context + row / group : -1;
+    first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
+  }
+
   float o[kDim / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   bool bad[2] = {false, false};
-#pragma unroll
-  for (int n = 0; n < kStages - 1; ++n) {
-    if (n < n_tiles) issue(n);
-    CpAsyncCommit();  // empty groups too: the wait below counts groups
-  }
   for (int n = 0; n < n_tiles; ++n) {
-    if (n + kStages - 1 < n_tiles) issue(n + kStages - 1);
-    CpAsyncCommit();
-    CpAsyncWait<kStages - 1>();  // tile n's group has landed
+    CpAsyncWait<kStages - 1>();  // tile n's group has landed (kStages + n groups committed)
     __syncwarp();                // ... for every lane's copies
     const unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
     const bf16* k_s = reinterpret_cast<const bf16*>(stage);
@@ -303,7 +314,9 @@ __global__ void __launch_bounds__(kThreads)
     OnlineSoftmaxUpdate<2, kDim>(sc, tile_max, m, l, o);
     if constexpr (kFp8) ScaleByKey<2>(sc, tile_scales + kTileKeys, q4);  // V's scales
     AccumulatePV<2, kDim, kLd>(o, sc, v_s, lane);
-    __syncwarp();  // the stage is read before a later issue overwrites it
+    __syncwarp();  // the stage is read before the issue below overwrites it
+    if (n + kStages < n_tiles) issue(n + kStages);
+    CpAsyncCommit();
   }
   CpAsyncWait<0>();
   // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.

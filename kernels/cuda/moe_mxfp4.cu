@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
   float* partial = reinterpret_cast<float*>(xs + chunks * 4 * kGroupWords);  // [warps][rows]
   const int p = blockIdx.y;
   const int e = a.ids[p];
-  if (e < 0 || e >= a.experts) return;  // uniform across the CTA; writes nothing
+  if (e < 0 || e >= a.experts) return PdlWait();  // uniform; writes nothing (waits: pdl.cuh)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q = lane % 4;
   const int row0 = blockIdx.x * kGemvRows;

@@ -11,6 +11,12 @@
 // follows is ordered as after a plain launch. Kernels that the next kernel may overlap call
 // PdlLaunchDependents() early; it only lets the dependent be scheduled. Both are no-ops when the
 // kernel was launched plainly. Stream capture keeps the attribute as a programmatic graph edge.
+//
+// The chain of waits: every kernel here waits in every CTA before it triggers or exits (PdlBegin;
+// a CTA with nothing to do calls PdlWait before it returns), so a kernel can start only once its
+// predecessor has passed its wait, i.e. once every kernel before the predecessor has completed.
+// What those wrote (the router's ids two kernels back, KV rows of earlier steps) may therefore
+// be read before PdlWait too; only the previous kernel's own output may not.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -11,8 +11,15 @@ import sys
 
 
 def short(name):
-    name = re.sub(r"\(.*", "", name)  # drop the parameter list
+    if name.endswith(")"):  # drop the parameter list: the last balanced (...) group
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
     name = re.sub(r"^void ", "", name)
+    name = name.replace("(anonymous namespace)::", "").replace("xserv::kernels::cuda::", "")
     return name[:90]
 
 
