@@ -100,17 +100,25 @@ constexpr int kVecElems = 8;
 
 template <int kVecs, bool kCombine>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
-  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);
+  // The weight first: a constant, so its load overlaps the previous kernel (PDL) instead of
+  // following the reduction as a dependent round trip to memory.
+  const uint4* w = static_cast<const uint4*>(a.weight);
+  uint4 wv[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    wv[i] = c < vecs ? w[c] : make_uint4(0, 0, 0, 0);
+  }
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const uint4* x = reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.x, row));
   const bool combine_bad = kCombine && CombineHasBadId(a.combine, row);
   uint4* res = a.residual.data != nullptr
                    ? reinterpret_cast<uint4*>(RowPtr<bf16>(a.residual, row))
                    : nullptr;
   uint4* out = reinterpret_cast<uint4*>(RowPtr<bf16>(a.out, row));
-  const uint4* w = static_cast<const uint4*>(a.weight);
   float v[kVecs][kVecElems];
   float sum_sq = 0.0f;
 #pragma unroll
@@ -144,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
     float wf[kVecElems];
-    UnpackBf16x8(w[c], wf);
+    UnpackBf16x8(wv[i], wf);
 #pragma unroll
     for (int e = 0; e < kVecElems; ++e) wf[e] *= v[i][e] * inv;
     out[c] = PackBf16x8(wf);
