@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -26,11 +25,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
   RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device));
-  // EXPERIMENT (session 14): every kernel prefers the largest shared-memory carveout, so SMs need
-  // no reconfiguration between kernels of different shared-memory needs (PDL overlap).
-  if (const char* e = std::getenv("XSERV_CUDA_PREFER_SHARED"); e != nullptr && e[0] == '1') {
-    RETURN_IF_CUDA_ERROR(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
-  }
   // Non-blocking: the legacy default stream (used by stray cudaMemcpy calls elsewhere) does not
   // serialise with ours.
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));

@@ -86,6 +86,21 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
     }
   };
   if (first_n0 < out_cols) load_batch(first_n0, lane);
+  // The first group's bias too (a constant): loaded here it is not a round trip after the sums.
+  // Not in the FP8 form, whose registers it would spill: there the bias loads after the sums.
+  float first_bias[kCols] = {};
+  if constexpr (!kFp8) {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int n = row_of(first_n0, j);
+      if (a.bias != nullptr && first_n0 < out_cols && n < a.n) {
+        first_bias[j] = Load(a.bias, a.bias_type, n);
+      }
+    }
+  }
+  const auto bias_of = [&](int n0, int j) {
+    return !kFp8 && n0 == first_n0 ? first_bias[j] : Load(a.bias, a.bias_type, row_of(n0, j));
+  };
   PdlBegin();  // x (and out) belong to the stream's earlier kernels
 
   const int x_chunks = a.k / kChunk;
@@ -153,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float v = acc[j][0];
-          if (a.bias != nullptr) v += Load(a.bias, a.bias_type, row_of(n0, j));
+          if (a.bias != nullptr) v += bias_of(n0, j);
           gu[j] = __bfloat162float(__float2bfloat16_rn(v));
         }
         static_cast<__nv_bfloat16*>(a.out)[n0] = __float2bfloat16_rn(SiluMulOp{}(gu[0], gu[1]));
@@ -168,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       for (int r = 0; r < kRows; ++r) {
         if (lane != (j * kRows + r) % kWarpSize || n >= a.n) continue;
         float v = acc[j][r];
-        if (a.bias != nullptr) v += Load(a.bias, a.bias_type, n);
+        if (a.bias != nullptr) v += bias_of(n0, j);
         const int64_t o = static_cast<int64_t>(r) * a.ldo + n;
         if (a.out_type == ElemType::kF32) {
           static_cast<float*>(a.out)[o] = v;

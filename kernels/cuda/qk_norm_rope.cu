@@ -26,7 +26,6 @@ constexpr int kThreads = kWarps * kWarpSize;
 template <int kPerLane>  // head_dim / 32
 __global__ void __launch_bounds__(kThreads)
     QkNormRopeWriteKvKernel(const __grid_constant__ QkNormRopeArgs a) {
-  PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   constexpr int kDim = kPerLane * kWarpSize;
   constexpr int kHalfLanes = kPerLane / 2;  // j < kHalfLanes: first halves of the pairs
   const int64_t t = blockIdx.x;
@@ -43,15 +42,30 @@ __global__ void __launch_bounds__(kThreads)
     cs = a.cos_sin + (valid_pos ? static_cast<int64_t>(pos) * kDim : 0);
   }
   const int h = blockIdx.y * kWarps + warp;
-  if (h < a.q_heads + a.kv_heads) {
-    const bool is_q = h < a.q_heads;
+  const bool is_q = h < a.q_heads;
+  const bf16* w = static_cast<const bf16*>(is_q ? a.q_norm : a.k_norm);
+  // The norm weight and this position's rotation first: constants and host inputs, so their
+  // loads overlap the previous kernel (PDL) instead of following the head's load.
+  float wn[kPerLane], cosines[kHalfLanes], sines[kHalfLanes];
+  const bool working = h < a.q_heads + a.kv_heads;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    wn[j] = working && w != nullptr ? ToFloat(w[lane + kWarpSize * j]) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kHalfLanes; ++j) {
+    const int i = lane + kWarpSize * j;
+    cosines[j] = working && cs != nullptr ? cs[i] : 0.0f;
+    sines[j] = working && cs != nullptr ? cs[kDim / 2 + i] : 0.0f;
+  }
+  PdlBegin();  // pdl.cuh: the previous kernel's outputs (q, k, v) are ready from here
+  if (working) {
     const int head = is_q ? h : h - a.q_heads;
     bf16* x = is_q ? static_cast<bf16*>(a.q) + t * a.q_token_stride + head * kDim
                    : static_cast<bf16*>(a.k) + t * a.k_token_stride + head * kDim;
     float v[kPerLane];
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) v[j] = ToFloat(x[lane + kWarpSize * j]);
-    const bf16* w = static_cast<const bf16*>(is_q ? a.q_norm : a.k_norm);
     if (w != nullptr) {
       float sum_sq = 0.0f;
 #pragma unroll
@@ -59,9 +73,7 @@ __global__ void __launch_bounds__(kThreads)
       sum_sq = WarpSum(sum_sq);
       const float inv = RmsInv(sum_sq, kDim, a.eps);
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        v[j] = ToFloat(FromFloat<bf16>(ToFloat(w[lane + kWarpSize * j]) * (v[j] * inv)));
-      }
+      for (int j = 0; j < kPerLane; ++j) v[j] = ToFloat(FromFloat<bf16>(wn[j] * (v[j] * inv)));
     }
     if (cs != nullptr) {
 #pragma unroll
@@ -70,8 +82,7 @@ __global__ void __launch_bounds__(kThreads)
           v[j] = v[j + kHalfLanes] = ToFloat(QuietNaN<bf16>());
           continue;
         }
-        const int i = lane + kWarpSize * j;
-        const float2 r = RotatePair(v[j], v[j + kHalfLanes], cs[i], cs[kDim / 2 + i]);
+        const float2 r = RotatePair(v[j], v[j + kHalfLanes], cosines[j], sines[j]);
         v[j] = ToFloat(FromFloat<bf16>(r.x));
         v[j + kHalfLanes] = ToFloat(FromFloat<bf16>(r.y));
       }
