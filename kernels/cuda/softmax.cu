@@ -124,7 +124,6 @@ __global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
   int32_t* row_ids = ids + row * k;
   float* row_weights = weights + row * k;
   float top = 0.0f;  // the largest logit (round 0's winner)
-  float chosen[kMaxExpertsPerLane] = {};  // round lane + 32 * i's logit (registers, no memory)
   for (int j = 0; j < k; ++j) {
     float best = -INFINITY;
     int best_id = INT_MAX;
@@ -143,24 +142,15 @@ __global__ void __launch_bounds__(kRouterWarpsPerCta * kWarpSize)
     }
     if (best_id % kWarpSize == lane) taken |= 1u << (best_id / kWarpSize);
     if (j == 0) top = best;
-    if (lane == 0) row_ids[j] = best_id;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-      if (j == lane + i * kWarpSize) chosen[i] = best;
-    }
+    if (lane == 0) row_ids[j] = best_id, row_weights[j] = best;  // logit for now
   }
+  __syncwarp();  // lane 0's logits visible to the whole warp
   // Softmax over the k selected logits.
   float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-    if (lane + i * kWarpSize < k) sum += expf(chosen[i] - top);
-  }
+  for (int j = lane; j < k; j += kWarpSize) sum += expf(row_weights[j] - top);
   sum = WarpSum(sum);
-#pragma unroll
-  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-    const int j = lane + i * kWarpSize;
-    if (j < k) row_weights[j] = expf(chosen[i] - top) / sum;
-  }
+  __syncwarp();  // every lane has read the logits before any is overwritten
+  for (int j = lane; j < k; j += kWarpSize) row_weights[j] = expf(row_weights[j] - top) / sum;
 }
 
 }  // namespace
