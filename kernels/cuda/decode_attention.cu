@@ -26,7 +26,6 @@
 // the same MMAs, with each key's K scale applied to its scores and its V scale to its
 // probabilities before P V.
 #include <algorithm>
-#include <climits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
@@ -124,9 +123,6 @@ struct RowState {
   }
 };
 
-// entry_of's value for a key outside the range a row may see (no copy, not bad).
-constexpr int kNoKey = INT_MIN;
-
 // A warp takes at least this many tiles before the keys spread over more CTAs.
 constexpr int kMinTilesPerWarp = 2;
 
@@ -190,22 +186,21 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
   unsigned char* ring = rings + warp * L::kWarpBytes;  // [kStages][stage] (+ FP8: bf16 K, V)
 
-  // Tile n of this warp into stage n % kStages: lane j < 16 resolves key j's block (entry_of),
-  // then every lane issues its share of the 16-byte copies (copy; zeros for keys outside the
-  // range or bad). entry_of: key `lane`'s block id from the table (-1 past the table's width;
-  // ids outside the pool are bad keys), or kNoKey.
-  const auto entry_of = [&](int n) {
-    const int j = (t_first + wg + n * stride) * kTileKeys + lane;
-    if (lane >= kTileKeys || j < key_lo || j > p_hi) return kNoKey;
-    const int entry = j / a.block_size;
-    return entry < a.block_table_width ? table[entry] : -1;
-  };
-  // Tile n's copies, given its keys' entries.
-  const auto copy = [&](int n, int block) {
+  // Tile n of this warp into stage n % kStages: lane j < 16 resolves key j's block, then every
+  // lane issues its share of the 16-byte copies (zeros for keys outside the range or bad).
+  const auto issue = [&](int n) {
     const int k0 = (t_first + wg + n * stride) * kTileKeys;
     unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
-    const bool bad = block != kNoKey && (block < 0 || block >= a.num_blocks);
-    if (block == kNoKey || bad) block = -1;
+    int block = -1;
+    bool bad = false;
+    if (lane < kTileKeys) {
+      const int j = k0 + lane;
+      if (j >= key_lo && j <= p_hi) {
+        const int entry = j / a.block_size;
+        block = entry < a.block_table_width ? table[entry] : -1;
+        if (block < 0 || block >= a.num_blocks) bad = true, block = -1;
+      }
+    }
     const uint32_t bad_mask = __ballot_sync(kFullMask, bad);
     if (lane == 0) bad_keys[warp][n % kStages] = bad_mask;
     // Rows of codes (FP8) or bf16, 16 bytes per copy; FP8 scales: lane j < 16 copies key j's.
@@ -236,30 +231,21 @@ __global__ void __launch_bounds__(kThreads)
                 b >= 0 ? 16 : 0);
     }
   };
-  const auto issue = [&](int n) { copy(n, entry_of(n)); };
 
-  // The first kStages tiles fill the ring. Their table entries are read at once (one round trip,
-  // not one per tile before PdlWait). Tiles whose keys all precede this step's rows were written
-  // by earlier steps, whose kernels completed before the previous kernel let this one launch (it
-  // waits, then triggers: pdl.cuh), so they load before PdlWait, overlapping the previous
-  // kernel's tail; the query and the new keys are its output and load after it.
-  int entries[kStages];
-#pragma unroll
-  for (int n = 0; n < kStages; ++n) entries[n] = n < n_tiles ? entry_of(n) : kNoKey;
+  // The first kStages tiles fill the ring. Those whose keys all precede this step's rows were
+  // written by earlier steps, whose kernels completed before the previous kernel let this one
+  // launch (it waits, then triggers: pdl.cuh), so they load before PdlWait, overlapping the
+  // previous kernel's tail; the query and the new keys are its output and load after it.
   int issued = 0;
-#pragma unroll
-  for (int n = 0; n < kStages; ++n) {
-    const int k0 = (t_first + wg + n * stride) * kTileKeys;
-    if (n != issued || n >= n_tiles || min(k0 + kTileKeys - 1, p_hi) >= context) continue;
-    copy(n, entries[n]);
+  for (; issued < kStages && issued < n_tiles; ++issued) {
+    const int k0 = (t_first + wg + issued * stride) * kTileKeys;
+    if (min(k0 + kTileKeys - 1, p_hi) >= context) break;  // holds a key of this step's rows
+    issue(issued);
     CpAsyncCommit();
-    ++issued;
   }
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
-#pragma unroll
-  for (int n = 0; n < kStages; ++n) {
-    if (n < issued) continue;
-    if (n < n_tiles) copy(n, entries[n]);
+  for (; issued < kStages; ++issued) {
+    if (issued < n_tiles) issue(issued);
     CpAsyncCommit();  // empty groups too: the wait below counts groups
   }
 
