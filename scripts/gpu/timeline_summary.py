@@ -78,8 +78,9 @@ def main():
     n = len(steps)
     print(f"{n} steps ending in {last}; {len(steps[-1])} launches per step")
     if spans:
-        print(f"step span {sum(spans) / n / 1e3:.1f} us, kernels busy {sum(busy) / n / 1e3:.1f} us,"
-              f" idle {(sum(spans) - sum(busy)) / n / 1e3:.1f} us")
+        idle = sum(e[2] for e in by_name.values())  # the gaps before kernels
+        print(f"step span {sum(spans) / n / 1e3:.1f} us, kernel durations {sum(busy) / n / 1e3:.1f} us"
+              f" (they overlap under PDL), GPU idle between kernels {idle / n / 1e3:.1f} us")
     else:
         print(f"kernels busy {sum(busy) / n / 1e3:.1f} us per step (ncu replay: no gaps)")
     print(f"{'kernel':92} {'calls':>6} {'us/step':>9} {'us/call':>8} {'gap us/step':>11}"
