@@ -4,19 +4,26 @@
 // writes) overlap the previous kernel's tail. Decode at batch 1 is a chain of ~300 short kernels,
 // where those gaps add up (docs/benchmarks/README.md).
 //
-// Contract of a kernel launched through LaunchMaybePdl(..., pdl = true): before PdlWait() it only
-// reads memory no earlier work of the stream writes (model weights; not a weight decoded into
-// scratch by the previous kernel: GemmCall::w_from_stream) and writes nothing. PdlWait() returns once
-// every earlier kernel has completed and its writes are visible (not merely triggered), so what
-// follows is ordered as after a plain launch. Kernels that the next kernel may overlap call
-// PdlLaunchDependents() early; it only lets the dependent be scheduled. Both are no-ops when the
-// kernel was launched plainly. Stream capture keeps the attribute as a programmatic graph edge.
+// Contract of a kernel launched through LaunchMaybePdl(..., pdl = true): before PdlWait() it
+// writes nothing and reads only memory that the previous kernel of the stream does not write:
+// model weights and constants (not a weight decoded into scratch by the previous kernel:
+// GemmCall::w_from_stream), the step's host inputs, and what kernels before the previous one
+// wrote (the chain of waits, below). PdlWait() returns once the previous kernel has completed
+// and its writes are visible (not merely triggered), so what follows is ordered as after a plain
+// launch. PdlLaunchDependents() lets the next kernel, if launched with the attribute, be
+// scheduled; it does so even in a kernel that was itself launched plainly (the peer all-reduce
+// triggers at its start). PdlWait() is a no-op in a plainly launched kernel, which starts only
+// once its predecessor has completed. Stream capture keeps the attribute as a programmatic graph
+// edge.
 //
-// The chain of waits: every kernel here waits in every CTA before it triggers or exits (PdlBegin;
-// a CTA with nothing to do calls PdlWait before it returns), so a kernel can start only once its
-// predecessor has passed its wait, i.e. once every kernel before the predecessor has completed.
-// What those wrote (the router's ids two kernels back, KV rows of earlier steps) may therefore
-// be read before PdlWait too; only the previous kernel's own output may not.
+// The chain of waits: every kernel launched with the attribute waits in every CTA before it
+// triggers or exits (PdlBegin; a CTA with nothing to do calls PdlWait before it returns), and a
+// plainly launched kernel starts only after its predecessor has completed. Either way a kernel
+// can start only once every kernel before its predecessor has completed, so what those wrote
+// (the router's ids two kernels back, KV rows of earlier steps) may be read before PdlWait too;
+// only the previous kernel's own output may not. This holds as long as no kernel launched with
+// the attribute triggers or exits before it waits: keep it so for every kernel launched through
+// LaunchMaybePdl (today only this project's kernels are).
 #pragma once
 
 #include <cuda_runtime.h>
