@@ -5,7 +5,8 @@
 # values to try; MODES=heuristic skips the batch-invariant runs; BENCH_FLAGS adds flags, e.g.
 # --profile-ops; PROMPT_LEN, default 128, and GEN_LEN, default 64, e.g. PROMPT_LEN=2048 GEN_LEN=4
 # with --profile-ops for a long prompt's prefill by op; FP8=1 writes the model in the HF FP8
-# layout, qwen3-8b / llama3-8b; BINS compares binaries, below). Writes $OUT/engine-bench-ARCH.txt.
+# layout, qwen3-8b / llama3-8b; BINS compares binaries, below). Writes $OUT/engine-bench-ARCH.txt
+# (TAG=x: engine-bench-ARCH-x.txt; a name taken by an earlier run of the call gets -2, -3, ...).
 # Usage: engine-bench.sh [qwen3-8b|llama3-8b|gpt2|gpt-oss-20b] [batches, default 1,8,32]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -20,6 +21,11 @@ if [[ -z ${MODEL_DIR:-} ]]; then
   python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
     --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >/dev/null 2>&1
 fi
+result="$OUT/engine-bench-$arch${TAG:+-$TAG}.txt"
+for n in $(seq 2 99); do  # never overwrite an earlier run's table in the same call
+  [[ -e $result ]] || break
+  result="$OUT/engine-bench-$arch${TAG:+-$TAG}-$n.txt"
+done
 # VARIANTS="name=FLAGS|name2=FLAGS2": the heuristic mode once per variant (its flags after
 # BENCH_FLAGS), on the same weights, then a table of decode ms/step by batch (e.g.
 # VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true").
@@ -56,10 +62,10 @@ bench() {  # flags...
       bench "${flags[@]}" ${BENCH_FLAGS:-}
     done
   fi
-} | tee "$OUT/engine-bench-$arch.txt"
+} | tee "$result"
 if [[ -n ${VARIANTS:-}${BINS:-} ]]; then  # variant, batch, prefill tok/s, decode ms/step
   awk '/^== variant/ {v = $3; sub(":", "", v)} /^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$/ {
          printf "%-12s b=%-5s prefill %10s tok/s  decode %7s ms/step\n", v, $1, $4, $6}' \
-    "$OUT/engine-bench-$arch.txt"
+    "$result"
 fi
 rm -rf "$work"
