@@ -23,6 +23,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/fp8_gemv_mma.h"
+#include "kernels/cuda/gemv_io.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -53,11 +54,6 @@ __device__ __forceinline__ int ShiftOf(uint32_t amax_bits) {
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ float LoadBias(const GemvArgs& a, int n) {
-  if (a.bias_type == ElemType::kF32) return static_cast<const float*>(a.bias)[n];
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[n]);
 }
 
 __global__ void __launch_bounds__(kThreads) Fp8MmaGemvKernel(const __grid_constant__ GemvArgs a) {
@@ -163,13 +159,8 @@ __global__ void __launch_bounds__(kThreads) Fp8MmaGemvKernel(const __grid_consta
 #pragma unroll
   for (int v = 0; v < kWarps; ++v) sum += partial[v][i][r];
   float out = sum * Pow2(shift[r]);
-  if (a.bias != nullptr) out += LoadBias(a, n);
-  const int64_t o = static_cast<int64_t>(r) * a.ldo + n;
-  if (a.out_type == ElemType::kF32) {
-    static_cast<float*>(a.out)[o] = out;
-  } else {
-    static_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(out);
-  }
+  if (a.bias != nullptr) out += GemvBias(a, n);
+  GemvStore(a, r, n, out);
 }
 
 }  // namespace
@@ -179,9 +170,7 @@ bool Fp8MmaGemvSupports(const GemvArgs& a) {
   return a.scales != nullptr && !a.glu && a.block >= kStep && a.block % kStep == 0 &&
          a.k >= kStep && a.k % kStep == 0 && a.m >= 1 && a.m <= kMaxRows && a.n >= 1 &&
          a.ldx % 8 == 0 && a.ldw % 16 == 0 && aligned(a.x) && aligned(a.w) &&
-         int64_t{a.m} * a.k * 2 <= kFp8MmaGemvMaxSharedBytes &&
-         (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&
-         (a.bias == nullptr || a.bias_type == ElemType::kF32 || a.bias_type == ElemType::kBF16);
+         int64_t{a.m} * a.k * 2 <= kFp8MmaGemvMaxSharedBytes && GemvIoTypesSupported(a);
 }
 
 cudaError_t LaunchFp8MmaGemv(const GemvArgs& a, cudaStream_t stream) {

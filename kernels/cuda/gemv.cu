@@ -21,6 +21,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_io.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace xserv::kernels::cuda {
@@ -29,11 +30,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kChunk = 8;  // bf16 per 16-byte load
-
-__device__ __forceinline__ float Load(const void* p, ElemType type, int64_t i) {
-  return type == ElemType::kF32 ? static_cast<const float*>(p)[i]
-                                : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-}
 
 // The 8 (bf16) or 16 (FP8 E4M3) weights of one 16-byte load as floats.
 template <bool kFp8>
@@ -94,12 +90,12 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
     for (int j = 0; j < kCols; ++j) {
       const int n = row_of(first_n0, j);
       if (a.bias != nullptr && first_n0 < out_cols && n < a.n) {
-        first_bias[j] = Load(a.bias, a.bias_type, n);
+        first_bias[j] = GemvBias(a, n);
       }
     }
   }
   const auto bias_of = [&](int n0, int j) {
-    return !kFp8 && n0 == first_n0 ? first_bias[j] : Load(a.bias, a.bias_type, row_of(n0, j));
+    return !kFp8 && n0 == first_n0 ? first_bias[j] : GemvBias(a, row_of(n0, j));
   };
   PdlBegin();  // x (and out) belong to the stream's earlier kernels
 
@@ -184,12 +180,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
         if (lane != (j * kRows + r) % kWarpSize || n >= a.n) continue;
         float v = acc[j][r];
         if (a.bias != nullptr) v += bias_of(n0, j);
-        const int64_t o = static_cast<int64_t>(r) * a.ldo + n;
-        if (a.out_type == ElemType::kF32) {
-          static_cast<float*>(a.out)[o] = v;
-        } else {
-          static_cast<__nv_bfloat16*>(a.out)[o] = __float2bfloat16_rn(v);
-        }
+        GemvStore(a, r, n, v);
       }
     }
   }
@@ -299,11 +290,10 @@ bool GemvSupports(const GemvArgs& a) {
   const bool glu_ok = !a.glu || (a.m == 1 && a.scales == nullptr && a.n % 2 == 0 &&
                                  a.out_type == ElemType::kBF16);
   // n bounded well inside int: the grid-stride loop adds a stride to a column index.
-  return fp8_ok && glu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.n <= (1 << 30) && a.k >= kChunk && a.k % kChunk == 0 &&
+  return fp8_ok && glu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.n <= (1 << 30) &&
+         a.k >= kChunk && a.k % kChunk == 0 &&
          a.ldx % kChunk == 0 && a.ldw % kChunk == 0 && aligned(a.x) && aligned(a.w) &&
-         static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes &&
-         (a.out_type == ElemType::kF32 || a.out_type == ElemType::kBF16) &&
-         (a.bias == nullptr || a.bias_type == ElemType::kF32 || a.bias_type == ElemType::kBF16);
+         static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes && GemvIoTypesSupported(a);
 }
 
 cudaError_t LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
