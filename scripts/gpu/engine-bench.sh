@@ -13,14 +13,9 @@ source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
 arch=${1:-qwen3-8b}
 batches=${2:-1,8,32}
-tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
-model=${MODEL_DIR:-$work/model}  # MODEL_DIR: a model made earlier in the same call
-if [[ -z ${MODEL_DIR:-} ]]; then
-  python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-    --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >/dev/null 2>&1
-fi
+model=$(model_of "$arch" "$work" 2>/dev/null) || exit 1  # MODEL_DIR: made earlier in the call
 result="$OUT/engine-bench-$arch${TAG:+-$TAG}.txt"
 for n in $(seq 2 99); do  # never overwrite an earlier run's table in the same call
   [[ -e $result ]] || break

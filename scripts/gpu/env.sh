@@ -23,3 +23,16 @@ tokenizer_of() {
     *) echo "unknown arch: $1" >&2; return 2 ;;
   esac
 }
+# The model directory of ARCH a script runs on: $MODEL_DIR when set (a model made earlier in the
+# same device call), else random weights of the real config written under DIR by
+# e2e_reference.py --model-only (FP8=1: the HF FP8 layout). Prints the path; the build's output
+# goes to stderr. Usage: model=$(model_of ARCH DIR 2>LOG) || exit 1
+model_of() {
+  local arch=$1 dir=$2 tok
+  if [[ -n ${MODEL_DIR:-} ]]; then echo "$MODEL_DIR"; return 0; fi
+  tok=$(tokenizer_of "$arch") || return 2
+  PYTHONUNBUFFERED=1 python3 "$XSERV_ROOT/scripts/gpu/e2e_reference.py" --arch "$arch" \
+    --tokenizer "$XSERV_ROOT/.assets/tokenizers/$tok" --out "$dir" --model-only \
+    $([[ ${FP8:-0} == 1 ]] && echo --fp8) >&2 || return 1
+  echo "$dir/model"
+}

@@ -15,13 +15,8 @@ source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
 arch=${1:-gpt-oss-20b}
 batch=${2:-1}
-tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
-model=${MODEL_DIR:-$work/model}  # MODEL_DIR: a model made earlier in the same call
-if [[ -z ${MODEL_DIR:-} ]]; then
-  python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-    --out "$work" --model-only >/dev/null 2>&1
-fi
+model=$(model_of "$arch" "$work" 2>/dev/null) || exit 1  # MODEL_DIR: made earlier in the call
 csv="$OUT/timeline-$arch-b$batch.csv"
 bench=(.bundle/bin/xserv-engine-bench --model "$model" --backend cuda --prompt-len 128
        --gen-len "${GEN_LEN:-16}" --batch "$batch" --repeats 1 --batch-invariant false ${BENCH_FLAGS:-})

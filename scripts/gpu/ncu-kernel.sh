@@ -11,13 +11,8 @@ set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
 arch=${1:?arch} batch=${2:?batch} kernel=${3:?kernel regex}
-tok=$(tokenizer_of "$arch") || exit 2
 work=$(mktemp -d)
-model=${MODEL_DIR:-$work/model}
-if [[ -z ${MODEL_DIR:-} ]]; then
-  python3 scripts/gpu/e2e_reference.py --arch "$arch" --tokenizer ".assets/tokenizers/$tok" \
-    --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >/dev/null 2>&1
-fi
+model=$(model_of "$arch" "$work" 2>/dev/null) || exit 1
 sections=${SECTIONS:-SpeedOfLight MemoryWorkloadAnalysis Occupancy LaunchStats WarpStateStats SchedulerStats}
 section_args=()
 for s in $sections; do section_args+=(--section "$s"); done

@@ -18,17 +18,11 @@ BIN=$XSERV_ROOT/${BIN_DIR:-.bundle/bin}
 port=${PORT:-18080}
 t0=$(date +%s)
 note() { echo "[serve-bench $arch +$(($(date +%s) - t0))s] $*"; }
-model=${MODEL_DIR:-}
-if [[ -z $model ]]; then
-  tok=$(tokenizer_of "$arch") || exit 2
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  PYTHONUNBUFFERED=1 python3 scripts/gpu/e2e_reference.py --arch "$arch" \
-    --tokenizer ".assets/tokenizers/$tok" --out "$work" --model-only $([[ ${FP8:-0} == 1 ]] && echo --fp8) >"$OUT/serve-bench-$arch-model.log" 2>&1 ||
-    { note "model build failed (see serve-bench-$arch-model.log)"; exit 1; }
-  model=$work/model
-  note "model built"
-fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model=$(model_of "$arch" "$work" 2>"$OUT/serve-bench-$arch-model.log") ||
+  { note "model build failed (see serve-bench-$arch-model.log)"; exit 1; }
+[[ -n ${MODEL_DIR:-} ]] || note "model built"
 worker_args=(--worker-arg=--max-model-len --worker-arg=$((${TTFT_LEN:-2048} + 1024)))
 for a in ${WORKER_ARGS:-}; do worker_args+=("--worker-arg=$a"); done
 tagged=$arch${TAG:+-$TAG}
