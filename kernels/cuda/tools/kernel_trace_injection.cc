@@ -117,7 +117,6 @@ void WriteTrace() {
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   records = new std::vector<KernelRecord>();
-  records->reserve(1 << 20);
   if (cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted) != CUPTI_SUCCESS ||
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
     std::fprintf(stderr, "kernel trace: CUPTI refused kernel activity; no trace\n");
