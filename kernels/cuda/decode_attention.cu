@@ -185,11 +185,12 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
   unsigned char* ring = rings + warp * L::kWarpBytes;  // [kStages][stage] (+ FP8: bf16 K, V)
+  const auto first_key = [&](int n) { return (t_first + wg + n * stride) * kTileKeys; };  // tile n
 
   // Tile n of this warp into stage n % kStages: lane j < 16 resolves key j's block, then every
   // lane issues its share of the 16-byte copies (zeros for keys outside the range or bad).
   const auto issue = [&](int n) {
-    const int k0 = (t_first + wg + n * stride) * kTileKeys;
+    const int k0 = first_key(n);
     unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
     int block = -1;
     bool bad = false;
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
   // previous kernel's tail; the query and the new keys are its output and load after it.
   int issued = 0;
   for (; issued < kStages && issued < n_tiles; ++issued) {
-    const int k0 = (t_first + wg + issued * stride) * kTileKeys;
+    const int k0 = first_key(issued);
     if (min(k0 + kTileKeys - 1, p_hi) >= context) break;  // holds a key of this step's rows
     issue(issued);
     CpAsyncCommit();
@@ -293,7 +294,7 @@ __global__ void __launch_bounds__(kThreads)
       tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
     }
     const uint32_t key_bad = bad_keys[warp][n % kStages];
-    const int k0 = (t_first + wg + n * stride) * kTileKeys;
+    const int k0 = first_key(n);
 
     float sc[2][4] = {};
     TileScores<kDim, 2, kLd>(sc, qa, k_s, lane);
