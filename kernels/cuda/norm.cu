@@ -104,13 +104,17 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);
   // The weight first: a constant, so its load overlaps the previous kernel (PDL) instead of
-  // following the reduction as a dependent round trip to memory.
+  // following the reduction as a dependent round trip to memory. Not where it would spill (the
+  // combine form of rows above 2 vectors a thread): there it loads after the reduction.
+  constexpr bool kWeightFirst = !kCombine || kVecs <= 2;
   const uint4* w = static_cast<const uint4*>(a.weight);
   uint4 wv[kVecs];
+  if constexpr (kWeightFirst) {
 #pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
-    const int c = threadIdx.x + i * kThreads;
-    wv[i] = c < vecs ? w[c] : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kVecs; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      wv[i] = c < vecs ? w[c] : make_uint4(0, 0, 0, 0);
+    }
   }
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const uint4* x = reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.x, row));
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
     float wf[kVecElems];
-    UnpackBf16x8(wv[i], wf);
+    UnpackBf16x8(kWeightFirst ? wv[i] : w[c], wf);
 #pragma unroll
     for (int e = 0; e < kVecElems; ++e) wf[e] *= v[i][e] * inv;
     out[c] = PackBf16x8(wf);
