@@ -13,8 +13,9 @@
 // by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA. Each warp streams its
 // tiles through a 3-stage cp.async ring in its own shared memory (no CTA barrier in the loop),
 // and per tile
-//   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled and masked (causal + window);
-//   online softmax over the quad of lanes holding a row;
+//   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled to log2 units and masked (causal +
+//               window; a tile every row sees whole, the common case, skips the mask);
+//   online softmax (exp2) over the quad of lanes holding a row;
 //   O += P V    P as bf16 A fragments from the S accumulators, V by ldmatrix.trans.
 // The 4 warps' states merge in shared memory in warp order; with P > 1 each CTA writes its state
 // and a second kernel merges the P states in CTA order. The sink joins the normaliser at the end.
@@ -41,13 +42,19 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kRows = kDecodeTileRows;  // one m16 tile
 constexpr int kTileKeys = 16;           // one k16 slice of P V
-constexpr int kStages = 3;              // a warp's tiles in flight
 constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fragment reads
+// A warp's ring: 3 tiles in flight (2 CTAs per SM at head_dim 128), or 2 with a third CTA per
+// SM, which pays once the grid has many CTAs per SM. Qwen3-8B on an H200, 384-token contexts
+// (docs/benchmarks, session 15), ms per decode step: b=64 6.32 deep vs 6.46 shallow; b=256
+// 12.85 deep vs 12.40 shallow. The switch sits between them: (sequence, kv head) pairs >= 1024.
+constexpr int kDeepStages = 3;
+constexpr int kShallowStages = 2;
+constexpr int kShallowMinCtas = 1024;
 
-// Shared memory: the Q tile, then each warp's ring of kStages stages (bf16: a K and a V tile;
-// FP8: their codes and the tile's K and V scales) and, FP8 only, the bf16 K and V tiles the
-// codes convert into.
-template <int kDim, bool kFp8 = false>
+// Shared memory: the Q tile, then each warp's ring of kStages stages (a warp's tiles in flight;
+// bf16: a K and a V tile; FP8: their codes and the tile's K and V scales) and, FP8 only, the
+// bf16 K and V tiles the codes convert into.
+template <int kDim, bool kFp8 = false, int kStages = 3>
 struct Layout {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
@@ -151,11 +158,11 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
          ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
 }
 
-template <int kDim, bool kFp8>
+template <int kDim, bool kFp8, int kStages>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   // PdlBegin comes once the tiles of keys before this step's rows are in flight (below).
-  using L = Layout<kDim, kFp8>;
+  using L = Layout<kDim, kFp8, kStages>;
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -187,49 +194,76 @@ __global__ void __launch_bounds__(kThreads)
   unsigned char* ring = rings + warp * L::kWarpBytes;  // [kStages][stage] (+ FP8: bf16 K, V)
   const auto first_key = [&](int n) { return (t_first + wg + n * stride) * kTileKeys; };  // tile n
 
-  // Tile n of this warp into stage n % kStages: lane j < 16 resolves key j's block, then every
-  // lane issues its share of the 16-byte copies (zeros for keys outside the range or bad).
+  // Tile n of this warp into stage n % kStages; keys outside [key_lo, p_hi] or of a bad block
+  // are zero-filled and flagged. With the block size a multiple of the tile (the default 16) the
+  // tile lies in one block: one broadcast table read, row addresses by a constant stride.
+  // Otherwise lane j < 16 resolves key j's block and the copies take it by shuffle.
+  constexpr int kElem = kFp8 ? 1 : 2;         // bytes per cached element
+  constexpr int kRowVecs = kDim * kElem / 16;  // 16-byte copies per key row
+  constexpr int kKeysPerPass = kWarpSize / kRowVecs;
+  const int64_t row_bytes = slot_elems * kElem;  // one slot's rows of every kv head
+  const auto* k_src = static_cast<const unsigned char*>(a.k_cache) + kvh * kDim * kElem;
+  const auto* v_src = static_cast<const unsigned char*>(a.v_cache) + kvh * kDim * kElem;
+  const bool tile_in_one_block = a.block_size % kTileKeys == 0;  // uniform
   const auto issue = [&](int n) {
     const int k0 = first_key(n);
     unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
-    int block = -1;
-    bool bad = false;
-    if (lane < kTileKeys) {
-      const int j = k0 + lane;
-      if (j >= key_lo && j <= p_hi) {
-        const int entry = j / a.block_size;
+    // The tile's keys in range: j in [j_lo, j_hi].
+    const int j_lo = max(0, key_lo - k0), j_hi = min(kTileKeys - 1, p_hi - k0);
+    const uint32_t in_range = ((2u << j_hi) - 1u) & ~((1u << j_lo) - 1u);
+    int block = -1;  // one block: the tile's; else key `lane`'s (lane < 16)
+    uint32_t bad_mask;
+    if (tile_in_one_block) {
+      const int entry = k0 / a.block_size;
+      block = entry < a.block_table_width ? table[entry] : -1;
+      const bool bad = block < 0 || block >= a.num_blocks;
+      if (bad) block = -1;
+      bad_mask = bad ? in_range : 0u;
+    } else {
+      bool bad = false;
+      if (((in_range >> lane) & 1u) != 0) {  // lane < 16
+        const int entry = (k0 + lane) / a.block_size;
         block = entry < a.block_table_width ? table[entry] : -1;
         if (block < 0 || block >= a.num_blocks) bad = true, block = -1;
       }
+      bad_mask = __ballot_sync(kFullMask, bad);
     }
-    const uint32_t bad_mask = __ballot_sync(kFullMask, bad);
     if (lane == 0) bad_keys[warp][n % kStages] = bad_mask;
-    // Rows of codes (FP8) or bf16, 16 bytes per copy; FP8 scales: lane j < 16 copies key j's.
-    constexpr int kElem = kFp8 ? 1 : 2;              // bytes per cached element
-    constexpr int kRowVecs = kDim * kElem / 16;       // copies per key row
-    const auto* k_src = static_cast<const unsigned char*>(a.k_cache) + kvh * kDim * kElem;
-    const auto* v_src = static_cast<const unsigned char*>(a.v_cache) + kvh * kDim * kElem;
-    if (kFp8 && lane < kTileKeys) {
-      const int64_t at =
-          block >= 0
-              ? (static_cast<int64_t>(block) * a.block_size + (k0 + lane) % a.block_size) *
-                        a.kv_heads + kvh
-              : 0;
+    // The slot of tile key j (the block of key j known to be valid).
+    const auto slot_of = [&](int b, int j) {
+      return static_cast<int64_t>(b) * a.block_size + (k0 + j) % a.block_size;
+    };
+    if (kFp8 && lane < kTileKeys) {  // FP8 scales: lane j < 16 copies key j's
+      const int b = tile_in_one_block ? (((in_range >> lane) & 1u) != 0 ? block : -1) : block;
+      const int64_t at = b >= 0 ? slot_of(b, lane) * a.kv_heads + kvh : 0;
       float* scales = reinterpret_cast<float*>(stage + 2 * L::kTileBytes);
-      CpAsync4(scales + lane, a.k_scale + at, block >= 0 ? 4 : 0);
-      CpAsync4(scales + kTileKeys + lane, a.v_scale + at, block >= 0 ? 4 : 0);
+      CpAsync4(scales + lane, a.k_scale + at, b >= 0 ? 4 : 0);
+      CpAsync4(scales + kTileKeys + lane, a.v_scale + at, b >= 0 ? 4 : 0);
     }
+    // Rows of codes (FP8) or bf16, 16 bytes per copy: pass p covers kKeysPerPass whole rows.
+    const int c = lane % kRowVecs;
+    unsigned char* dst = stage + (lane / kRowVecs) * L::kRowBytes + c * 16;
+    if (tile_in_one_block) {
+      const int64_t base = block >= 0 ? slot_of(block, 0) * row_bytes + c * 16 : 0;
 #pragma unroll
-    for (int i = lane; i < kTileKeys * kRowVecs; i += kWarpSize) {
-      const int key = i / kRowVecs, c = i % kRowVecs;
-      const int b = __shfl_sync(kFullMask, block, key);
-      const int64_t off =
-          b >= 0 ? (static_cast<int64_t>(b) * a.block_size + (k0 + key) % a.block_size) *
-                           slot_elems * kElem + c * 16
-                 : 0;
-      CpAsync16(stage + key * L::kRowBytes + c * 16, k_src + off, b >= 0 ? 16 : 0);
-      CpAsync16(stage + L::kTileBytes + key * L::kRowBytes + c * 16, v_src + off,
-                b >= 0 ? 16 : 0);
+      for (int p = 0; p < kTileKeys / kKeysPerPass; ++p) {
+        const int key = p * kKeysPerPass + lane / kRowVecs;
+        const bool ok = block >= 0 && ((in_range >> key) & 1u) != 0;
+        const int64_t off = ok ? base + key * row_bytes : 0;
+        CpAsync16(dst + p * kKeysPerPass * L::kRowBytes, k_src + off, ok ? 16 : 0);
+        CpAsync16(dst + L::kTileBytes + p * kKeysPerPass * L::kRowBytes, v_src + off,
+                  ok ? 16 : 0);
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < kTileKeys / kKeysPerPass; ++p) {
+        const int key = p * kKeysPerPass + lane / kRowVecs;
+        const int b = __shfl_sync(kFullMask, block, key);
+        const int64_t off = b >= 0 ? slot_of(b, key) * row_bytes + c * 16 : 0;
+        CpAsync16(dst + p * kKeysPerPass * L::kRowBytes, k_src + off, b >= 0 ? 16 : 0);
+        CpAsync16(dst + L::kTileBytes + p * kKeysPerPass * L::kRowBytes, v_src + off,
+                  b >= 0 ? 16 : 0);
+      }
     }
   };
 
@@ -273,6 +307,12 @@ __global__ void __launch_bounds__(kThreads)
     first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
   }
 
+  // The keys every row sees, [rows_lo, rows_hi]: a tile inside it with no bad key needs no mask.
+  // (Rows past `rows` have a zero query; their state is never written out.)
+  const int rows_hi = context;
+  const int rows_lo = a.sliding_window > 0 ? max(0, p_hi - a.sliding_window + 1) : 0;
+  const float scale = a.scale * kLog2e;  // scores in log2 units (exp2: one MUFU op)
+
   float o[kDim / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   bool bad[2] = {false, false};
@@ -300,19 +340,10 @@ __global__ void __launch_bounds__(kThreads)
     TileScores<kDim, 2, kLd>(sc, qa, k_s, lane);
     // sc[nt][e]: tile row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
-        const bool valid = key >= first[r] && key <= pos[r];
-        bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
-        const float scale = kFp8 ? a.scale * tile_scales[j] : a.scale;
-        sc[nt][e] = valid ? sc[nt][e] * scale : -INFINITY;
-        tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
-      }
-    }
-    OnlineSoftmaxUpdate<2, kDim>(sc, tile_max, m, l, o);
+    const bool whole = key_bad == 0 && k0 >= rows_lo && k0 + kTileKeys - 1 <= rows_hi;
+    ScaleAndMaskScores<2, kFp8>(sc, tile_max, whole, k0, first, pos, key_bad, bad, scale,
+                                tile_scales, q4);
+    OnlineSoftmaxUpdate<2, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
     if constexpr (kFp8) ScaleByKey<2>(sc, tile_scales + kTileKeys, q4);  // V's scales
     AccumulatePV<2, kDim, kLd>(o, sc, v_s, lane);
     __syncwarp();  // the stage is read before the issue below overwrites it
@@ -330,7 +361,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float* rec = states + (warp * kRows + g + 8 * r) * kRecord;
-    if (q4 == 0) rec[0] = m[r], rec[1] = bad[r] ? NaN() : l[r];
+    // m back in natural units: the merges and Finish work in those.
+    if (q4 == 0) rec[0] = m[r] * kLn2, rec[1] = bad[r] ? NaN() : l[r];
 #pragma unroll
     for (int dt = 0; dt < kDim / 8; ++dt) {
       rec[2 + dt * 8 + 2 * q4] = o[dt][2 * r];
@@ -367,17 +399,24 @@ __global__ void __launch_bounds__(kThreads)
   st.Finish(a, s, kvh, row, d0);
 }
 
-template <int kDim, bool kFp8>
+template <int kDim, bool kFp8, int kStages>
 cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr int64_t kSmem = Layout<kDim, kFp8>::kBytes;
-  if (const cudaError_t err = AllowDynamicSharedMemory<DecodeAttentionKernel<kDim, kFp8>>(kSmem);
-      err != cudaSuccess) {
+  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages>;
+  constexpr int64_t kSmem = Layout<kDim, kFp8, kStages>::kBytes;
+  if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kSmem); err != cudaSuccess) {
     return err;
+  }
+  // The shallow ring's point is a third CTA per SM (3 x 74 KB at head_dim 128), which needs the
+  // largest carveout; the driver's own pick is not guaranteed to be it.
+  if constexpr (kStages == kShallowStages) {
+    static const cudaError_t carveout = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (carveout != cudaSuccess) return carveout;
   }
   const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
-  if (const cudaError_t err = LaunchMaybePdl(DecodeAttentionKernel<kDim, kFp8>, grid, kThreads,
-                                             static_cast<size_t>(kSmem), stream, a.pdl, a);
+  if (const cudaError_t err = LaunchMaybePdl(kernel, grid, kThreads, static_cast<size_t>(kSmem),
+                                             stream, a.pdl, a);
       err != cudaSuccess) {
     return err;
   }
@@ -408,11 +447,16 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
     return cudaErrorInvalidValue;
   }
   if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
-  const bool fp8 = args.k_scale != nullptr;
-  if (args.head_dim == 64) {
-    return fp8 ? LaunchDecode<64, true>(args, stream) : LaunchDecode<64, false>(args, stream);
+  if (args.k_scale != nullptr) {  // FP8: a shallow ring (77 KB) would not fit a third CTA
+    return args.head_dim == 64 ? LaunchDecode<64, true, kDeepStages>(args, stream)
+                               : LaunchDecode<128, true, kDeepStages>(args, stream);
   }
-  return fp8 ? LaunchDecode<128, true>(args, stream) : LaunchDecode<128, false>(args, stream);
+  if (int64_t{args.num_seqs} * args.kv_heads >= kShallowMinCtas) {
+    return args.head_dim == 64 ? LaunchDecode<64, false, kShallowStages>(args, stream)
+                               : LaunchDecode<128, false, kShallowStages>(args, stream);
+  }
+  return args.head_dim == 64 ? LaunchDecode<64, false, kDeepStages>(args, stream)
+                             : LaunchDecode<128, false, kDeepStages>(args, stream);
 }
 
 }  // namespace xserv::kernels::cuda

@@ -38,7 +38,6 @@ constexpr int kFlashThreads = kFlashWarps * kWarpSize;
 constexpr int kTileRows = kFlashWarps * 16;  // query rows per CTA
 constexpr int kTileKeys = 64;
 constexpr int kPad = 8;  // bf16 per shared row: 16-byte aligned rows, conflict-free fragments
-constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kTileRows <= kTileKeys, "the Q tile is staged in the second stage's K tile");
 
 // Shared memory: 2 stages, each a tile's K and V rows (bf16; FP8: codes, rows of kDim + 16
@@ -212,28 +211,10 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
     TileScores<kDim, kTileKeys / 8, kLd>(sc, qa, k_s, lane);
     // sc[nt][e]: row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
-    if (warp_full && key_bad == 0 && k0 >= warp_lo && k0 + kTileKeys - 1 <= warp_hi) {
-#pragma unroll
-      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sc[nt][e] *= kFp8 ? scale * tile_scales[nt * 8 + 2 * q4 + e % 2] : scale;
-          tile_max[e / 2] = fmaxf(tile_max[e / 2], sc[nt][e]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
-          const bool valid = key >= first[r] && key <= pos[r];
-          bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
-          sc[nt][e] = valid ? sc[nt][e] * (kFp8 ? scale * tile_scales[j] : scale) : -INFINITY;
-          tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
-        }
-      }
-    }
+    const bool whole =
+        warp_full && key_bad == 0 && k0 >= warp_lo && k0 + kTileKeys - 1 <= warp_hi;
+    ScaleAndMaskScores<kTileKeys / 8, kFp8>(sc, tile_max, whole, k0, first, pos, key_bad, bad,
+                                            scale, tile_scales, q4);
     OnlineSoftmaxUpdate<kTileKeys / 8, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
     if constexpr (kFp8) ScaleByKey<kTileKeys / 8>(sc, tile_scales + kTileKeys, q4);  // V's
     AccumulatePV<kTileKeys / 8, kDim, kLd>(o, sc, v_s, lane);

@@ -15,6 +15,10 @@
 
 namespace xserv::kernels::cuda {
 
+// Scores in log2 units (scaled by log2(e)) let exp2, one MUFU op, replace exp.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 // Whether any of the 4 lanes holding a row (a quad) has `v` set.
 __device__ __forceinline__ bool QuadAny(bool v) {
   int any = v ? 1 : 0;
@@ -87,6 +91,40 @@ __device__ __forceinline__ void TileScores(float (&sc)[kN8][4], const uint32_t (
       LdMatrixX4(b, kr + kt * 16);
       MmaBf16(sc[nt], qa[kt], b[0], b[1]);
       MmaBf16(sc[nt], qa[kt + 1], b[2], b[3]);
+    }
+  }
+}
+
+// Scales a tile's scores (by `scale`, FP8: times each key's K scale) and masks them: key k0 + j
+// counts for a row when first <= key <= pos; a counted key whose bit j of key_bad is set marks
+// the row bad. `whole`: the caller knows every row counts every key and none is bad (warp-uniform)
+// and skips the mask. tile_max: each of the thread's rows' max over its own scores.
+template <int kN8, bool kFp8, typename Bits>
+__device__ __forceinline__ void ScaleAndMaskScores(float (&sc)[kN8][4], float (&tile_max)[2],
+                                                   bool whole, int k0, const int (&first)[2],
+                                                   const int (&pos)[2], Bits key_bad,
+                                                   bool (&bad)[2], float scale,
+                                                   const float* tile_scales, int q4) {
+  if (whole) {
+#pragma unroll
+    for (int nt = 0; nt < kN8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sc[nt][e] *= kFp8 ? scale * tile_scales[nt * 8 + 2 * q4 + e % 2] : scale;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], sc[nt][e]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kN8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, j = nt * 8 + 2 * q4 + e % 2, key = k0 + j;
+        const bool valid = key >= first[r] && key <= pos[r];
+        bad[r] = bad[r] || (valid && ((key_bad >> j) & 1u) != 0);
+        sc[nt][e] = valid ? sc[nt][e] * (kFp8 ? scale * tile_scales[j] : scale) : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], sc[nt][e]);
+      }
     }
   }
 }
