@@ -85,8 +85,10 @@ StepPlan Scheduler::Step() {
   plan.step_id = ++num_steps_;
   int32_t budget = config_.max_num_batched_tokens;
   // With several plans outstanding, each takes its share of the live requests, so that the
-  // next plan finds the rest rather than nothing.
-  const size_t depth = static_cast<size_t>(config_.max_in_flight_steps);
+  // next plan finds the rest rather than nothing (a pipeline); overlap scheduling instead
+  // continues the running plan's decodes in the next one.
+  const size_t depth =
+      config_.overlap_decodes ? 1 : static_cast<size_t>(config_.max_in_flight_steps);
   const size_t max_seqs = (requests_.size() + depth - 1) / depth;
   auto full = [&] { return budget == 0 || plan.seqs.size() >= max_seqs; };
 
@@ -95,8 +97,12 @@ StepPlan Scheduler::Step() {
     if (full()) break;
     Request* r = Find(id);
     // Skip requests preempted or finished by an earlier iteration of this loop, and those
-    // whose previous step has not come back.
-    if (r == nullptr || r->in_flight || r->state != RequestState::kDecoding) continue;
+    // whose previous step has not come back (unless overlap scheduling continues them).
+    if (r == nullptr || r->state != RequestState::kDecoding) continue;
+    if (r->in_flight) {
+      if (Continues(*r)) budget -= ScheduleContinuation(r, plan);
+      continue;
+    }
     budget -= ScheduleRunning(r, budget, plan);
   }
   // 2. Running prefills: the next chunk of each, in queue order.
@@ -208,6 +214,25 @@ int32_t Scheduler::ScheduleRunning(Request* r, int32_t budget, StepPlan& plan) {
   }
 }
 
+bool Scheduler::Continues(const Request& r) const {
+  // The running step's token must not be the request's last by length: the row after it would
+  // be past max_tokens or max_model_len. (A stop token can still end it; that row is dropped.)
+  return config_.overlap_decodes && r.num_in_flight_plans == 1 &&
+         r.num_output_tokens() + 1 < r.spec.max_tokens &&
+         r.num_tokens() + 1 < config_.max_model_len;
+}
+
+int32_t Scheduler::ScheduleContinuation(Request* r, StepPlan& plan) {
+  const RequestId id = r->spec.id;
+  const int32_t from = r->num_computed_tokens + r->num_in_flight_tokens;
+  // Short of blocks it waits for its result and is planned (or preempted) as usual then:
+  // requests in flight are never victims.
+  if (blocks_.MaxAppendableTokens(id, from, 1) < 1) return 0;
+  XSERV_CHECK(blocks_.AllocateSlots(id, from, from + 1, &plan.copies).ok());
+  AddToPlan(r, 1, /*resumed=*/false, plan, /*continues=*/true);
+  return 1;
+}
+
 int32_t Scheduler::ScheduleSwapIn(Request* r, int32_t budget, StepPlan& plan) {
   const RequestId id = r->spec.id;
   const int32_t want = ChunkLimit(r->num_tokens() - r->num_computed_tokens, budget);
@@ -289,26 +314,36 @@ void Scheduler::Preempt(Request* r, StepPlan& plan) {
   waiting_.emplace(r->key, r);
 }
 
-void Scheduler::AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, StepPlan& plan) {
-  const int32_t start = r->num_computed_tokens;
+void Scheduler::AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, StepPlan& plan,
+                          bool continues) {
+  // Past the tokens of its outstanding plan, if it continues one.
+  const int32_t start = r->num_computed_tokens + r->num_in_flight_tokens;
   const int32_t end = start + num_new_tokens;
-  XSERV_CHECK(num_new_tokens > 0 && end <= r->num_tokens());
   ScheduledSequence& s = plan.seqs.emplace_back();
   s.request_id = r->spec.id;
-  s.token_ids.assign(r->tokens.begin() + start, r->tokens.begin() + end);
+  if (continues) {  // feeds the token its outstanding plan samples
+    XSERV_CHECK(num_new_tokens == 1 && end == r->num_tokens() + 1);
+    s.token_ids = {kPendingToken};
+  } else {
+    XSERV_CHECK(num_new_tokens > 0 && end <= r->num_tokens());
+    s.token_ids.assign(r->tokens.begin() + start, r->tokens.begin() + end);
+  }
+  s.continues = continues;
   s.start_position = start;
   s.num_computed_tokens_after = end;
   auto table = blocks_.BlockTable(r->spec.id);
   s.block_table.assign(table.begin(), table.end());
   auto window = blocks_.WindowTable(r->spec.id);
   s.block_table.insert(s.block_table.end(), window.begin(), window.end());
-  s.samples = end == r->num_tokens();
+  s.samples = continues || end == r->num_tokens();
   s.is_new = r->num_steps_scheduled == 0;
   s.resumed = resumed;
   s.num_cached_tokens = (s.is_new || resumed) ? r->num_cached_tokens : 0;
   ++r->num_steps_scheduled;
   r->scheduled_in_step = plan.step_id;
   r->in_flight = true;
+  ++r->num_in_flight_plans;
+  r->num_in_flight_tokens += num_new_tokens;
   plan.num_batched_tokens += num_new_tokens;
   if (in_flight_.empty() || in_flight_.back().step_id != plan.step_id) {
     if (!in_flight_.empty()) ++num_overlapped_steps_total_;
@@ -331,13 +366,13 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
         absl::StrCat("result for step ", result.step_id, ", expected ", step.step_id));
   }
   // Validate before mutating: one token per live sampling entry, none for anything else.
-  // Requests aborted since Step() are gone; tokens for them are dropped.
+  // Requests aborted or stopped since Step() are gone; tokens for them are dropped. (A live
+  // request of an outstanding plan is that plan's: ids are not reused while in flight, and
+  // requests in flight are never preempted.)
   absl::flat_hash_set<RequestId> expected;
   for (const InFlight& f : step.entries) {
     const Request* r = Find(f.id);
-    if (f.samples && r != nullptr && r->scheduled_in_step == step.step_id) {
-      expected.insert(f.id);
-    }
+    if (f.samples && r != nullptr && r->in_flight) expected.insert(f.id);
   }
   absl::flat_hash_set<RequestId> seen;
   for (const SampledToken& s : result.sampled) {
@@ -353,9 +388,10 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
 
   for (const InFlight& f : step.entries) {
     Request* r = Find(f.id);
-    if (r == nullptr || r->scheduled_in_step != step.step_id) continue;
+    if (r == nullptr || !r->in_flight) continue;
     r->num_computed_tokens += f.num_new_tokens;
-    r->in_flight = false;
+    r->num_in_flight_tokens -= f.num_new_tokens;
+    r->in_flight = --r->num_in_flight_plans > 0;
     blocks_.CommitComputed(f.id, r->tokens, r->num_computed_tokens);
     // Later steps (in flight or planned) query from num_computed_tokens on.
     blocks_.ReleaseOutsideWindow(f.id, r->num_computed_tokens);
@@ -483,7 +519,11 @@ absl::Status Scheduler::CheckInvariants() const {
     }
     const int32_t covered =
         static_cast<int32_t>(blocks_.BlockTable(id).size()) * blocks_.block_size();
-    if (covered < r->num_computed_tokens || r->num_computed_tokens >= r->num_tokens()) {
+    if (covered < r->num_computed_tokens + r->num_in_flight_tokens ||
+        r->num_computed_tokens >= r->num_tokens() || r->num_in_flight_plans < 0 ||
+        r->num_in_flight_plans > config_.max_in_flight_steps ||
+        r->in_flight != (r->num_in_flight_plans > 0) ||
+        (r->num_in_flight_plans == 0) != (r->num_in_flight_tokens == 0)) {
       return absl::InternalError(absl::StrCat("running request ", id, " has bad counts"));
     }
     if (!r->in_flight && r->state == S::kDecoding &&

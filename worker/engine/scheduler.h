@@ -15,7 +15,9 @@
 // config.max_in_flight_steps plans with work are outstanding (CanStep()): requests of an
 // outstanding plan are left out of new plans (their KV counts are not final yet) and are never
 // preemption victims, and each plan takes at most 1 / max_in_flight_steps of the live requests,
-// so consecutive plans split the batch between them. Plans must be executed in order: an
+// so consecutive plans split the batch between them. With config.overlap_decodes instead (two
+// plans), decoding requests of the outstanding plan go on in the next one with a placeholder
+// token (ScheduledSequence::continues), unless the outstanding token is their last by length. Plans must be executed in order: an
 // aborted request's blocks may be reused by the next plan while its last one is still running.
 // Who ends a request: the engine decides kStop (EOS / stop ids / min_tokens / ignore_eos — it
 // owns the sampling parameters) via SampledToken::stop; the scheduler decides kLength
@@ -122,7 +124,14 @@ class Scheduler {
   // The worst running request in no outstanding plan (this one included).
   Request* PickVictim() const;
   void Preempt(Request* r, StepPlan& plan);
-  void AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, StepPlan& plan);
+  // Whether decoding request `r`, in flight, goes on in the plan being made (overlap_decodes).
+  bool Continues(const Request& r) const;
+  // Plans `r`'s next decode after its outstanding one, with a placeholder token. Returns 1, or
+  // 0 when the pool is short.
+  int32_t ScheduleContinuation(Request* r, StepPlan& plan);
+  // continues: the decode after r's outstanding plan (token_ids {kPendingToken}).
+  void AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, StepPlan& plan,
+                 bool continues = false);
   // Removes `r` from its queue, frees its blocks and destroys it; `r` dangles afterwards.
   void Finish(Request* r, FinishReason reason, std::string message);
 

@@ -22,6 +22,9 @@ absl::Status SchedulerConfig::Validate() const {
   if (max_in_flight_steps < 1 || max_in_flight_steps > 64) {
     return absl::InvalidArgumentError("max_in_flight_steps must be in [1, 64]");
   }
+  if (overlap_decodes && max_in_flight_steps != 2) {
+    return absl::InvalidArgumentError("overlap_decodes needs max_in_flight_steps == 2");
+  }
   // Without chunking a prompt is scheduled whole; a longer one could never start.
   if (!enable_chunked_prefill && max_num_batched_tokens < max_model_len) {
     return absl::InvalidArgumentError(absl::StrCat(

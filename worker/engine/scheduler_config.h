@@ -61,6 +61,12 @@ struct SchedulerConfig {
   // pipeline of P stages keeps P in flight (each with its own share of the running requests),
   // so every stage has a step to work on (cf. vLLM's virtual engines).
   int32_t max_in_flight_steps = 1;
+  // Overlap scheduling (docs/overlap-scheduling.md; needs max_in_flight_steps == 2): the next
+  // plan is made while the last one runs, and every decoding request of the running plan goes
+  // on in the next one with a placeholder (kPendingToken) for the token that plan samples for
+  // it, which the engine fills in on the device. Plans do not split the requests (a pipeline's
+  // depth does).
+  bool overlap_decodes = false;
 
   absl::Status Validate() const;
 

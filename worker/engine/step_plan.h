@@ -23,6 +23,9 @@
 
 namespace xserv::engine {
 
+// The token a continued decode feeds (ScheduledSequence::continues): not known when planned.
+inline constexpr int32_t kPendingToken = -1;
+
 struct ScheduledSequence {
   RequestId request_id = 0;
   std::vector<int32_t> token_ids;         // to feed this step: a prefill chunk or one decode token
@@ -40,6 +43,10 @@ struct ScheduledSequence {
   // generated earlier, which must not be streamed again.
   bool resumed = false;
   int32_t num_cached_tokens = 0;  // prefix-cache hit at (re)admission, else 0
+  // Overlap scheduling: a decode planned while the request's previous step is still running;
+  // token_ids is {kPendingToken}, the token that step samples for it. If that token ends the
+  // request, this row's result is dropped (the request is gone by then).
+  bool continues = false;
 };
 
 struct FinishedRequest {

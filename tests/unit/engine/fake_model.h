@@ -42,10 +42,18 @@ class FakeModel {
     for (const BlockCopy& op : plan.copies) CopyBlock(device_, op.src, device_, op.dst);
     for (const BlockSwap& op : plan.swap_in) CopyBlock(host_, op.src, device_, op.dst);
     // All writes before any read, as in a batched forward: two sequences writing one slot
-    // would show up as a wrong context for one of them.
+    // would show up as a wrong context for one of them. A continued decode feeds the token the
+    // previous plan sampled for it (the engine patches it in on the device).
     for (const ScheduledSequence& s : plan.seqs) {
       for (int32_t p = s.start_position; p < s.num_computed_tokens_after; ++p) {
-        device_[Slot(s.block_table, p)] = s.token_ids[p - s.start_position];
+        int32_t token = s.token_ids[p - s.start_position];
+        if (s.continues) {
+          EXPECT_EQ(token, kPendingToken);
+          EXPECT_EQ(last_plan_sampled_.count(s.request_id), 1u)
+              << "request " << s.request_id << " continues a plan that sampled nothing for it";
+          token = last_plan_sampled_[s.request_id];
+        }
+        device_[Slot(s.block_table, p)] = token;
       }
     }
     StepResult result;
@@ -60,6 +68,8 @@ class FakeModel {
       result.sampled.push_back(
           {.request_id = s.request_id, .token_id = token, .stop = eos_ && token == *eos_});
     }
+    last_plan_sampled_.clear();
+    for (const SampledToken& t : result.sampled) last_plan_sampled_[t.request_id] = t.token_id;
     return result;
   }
 
@@ -80,6 +90,7 @@ class FakeModel {
   std::optional<int32_t> eos_;
   std::vector<int32_t> device_;
   std::vector<int32_t> host_;
+  std::map<RequestId, int32_t> last_plan_sampled_;  // the previous plan's tokens
 };
 
 struct Outcome {
@@ -128,7 +139,11 @@ class Driver {
       }
       for (const StepPlan& other : outstanding_) {
         for (const ScheduledSequence& s : plan.seqs) {
-          EXPECT_EQ(FindSeq(other, s.request_id), nullptr)
+          // Only a continued decode (overlap scheduling) may follow its outstanding plan, and
+          // only that plan's sampled decode or final chunk.
+          const ScheduledSequence* before = FindSeq(other, s.request_id);
+          EXPECT_TRUE(before == nullptr || (s.continues && before->samples &&
+                                            &other == &outstanding_.back()))
               << "request " << s.request_id << " in two outstanding plans";
         }
       }
@@ -157,9 +172,10 @@ class Driver {
     StepResult result = model_.Execute(plan);
     if (!plan.HasWork()) return;  // block moves only: no result expected
     for (const SampledToken& s : result.sampled) {
-      // Requests aborted (and reported) while in flight keep the stream they had.
+      // Requests aborted (and reported) while in flight keep the stream they had, and so do
+      // requests a stop ended while their continued decode ran (as the engine does).
       Outcome& o = outcomes_[s.request_id];
-      if (!o.reason) o.tokens.push_back(s.token_id);
+      if (!o.reason && scheduler_.State(s.request_id)) o.tokens.push_back(s.token_id);
     }
     EXPECT_TRUE(scheduler_.OnStepResult(result).ok());
   }

@@ -1,0 +1,164 @@
+// Overlap scheduling (SchedulerConfig::overlap_decodes): the next plan is made while the last
+// one runs; its decodes go on with a placeholder for the token the running plan samples.
+#include <span>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/engine/test_util.h"
+#include "worker/engine/scheduler.h"
+
+namespace xserv::engine {
+namespace {
+
+using testing::FindSeq;
+using testing::MakeScheduler;
+using testing::Prompt;
+using testing::RoomyConfig;
+using testing::Spec;
+using testing::Token;
+
+std::vector<int32_t> Outputs(const Scheduler& s, RequestId id) {
+  const std::span<const int32_t> out = s.OutputTokens(id);
+  return {out.begin(), out.end()};
+}
+
+SchedulerConfig OverlapConfig() {
+  SchedulerConfig c = RoomyConfig();
+  c.max_in_flight_steps = 2;
+  c.overlap_decodes = true;
+  return c;
+}
+
+// A token for every sampling row of `plan`; `stop` ends request `stop_id`.
+StepResult SampleAll(const StepPlan& plan, int32_t token, RequestId stop_id = 0) {
+  StepResult result{.step_id = plan.step_id};
+  for (const ScheduledSequence& s : plan.seqs) {
+    if (!s.samples) continue;
+    result.sampled.push_back(
+        {.request_id = s.request_id, .token_id = token, .stop = s.request_id == stop_id});
+  }
+  return result;
+}
+
+// Requests 1 .. max_tokens.size() (prompts of 5 tokens) prefilled, each with output token 11.
+void StartDecoding(Scheduler& s, const std::vector<int32_t>& max_tokens) {
+  for (size_t i = 0; i < max_tokens.size(); ++i) {
+    const RequestId id = i + 1;
+    ASSERT_TRUE(s.AddRequest(Spec(id, Prompt(5, static_cast<uint32_t>(id)), max_tokens[i])).ok());
+  }
+  const StepPlan prefill = s.Step();
+  ASSERT_EQ(prefill.seqs.size(), max_tokens.size());
+  // A prefill is not continued: nothing decodes yet, so the next plan has no work.
+  ASSERT_TRUE(s.CanStep());
+  EXPECT_FALSE(s.Step().HasWork());
+  ASSERT_TRUE(s.OnStepResult(SampleAll(prefill, 11)).ok());
+}
+
+TEST(SchedulerOverlap, ConfigNeedsTwoPlansInFlight) {
+  SchedulerConfig c = OverlapConfig();
+  EXPECT_TRUE(c.Validate().ok());
+  c.max_in_flight_steps = 1;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+  c.max_in_flight_steps = 3;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SchedulerOverlap, DecodesContinueWithAPlaceholderAfterTheRunningPlan) {
+  ManualClock clock;
+  auto s = MakeScheduler(OverlapConfig(), &clock);
+  StartDecoding(*s, {50, 50});
+  const StepPlan b = s->Step();  // decodes of the sampled tokens
+  ASSERT_EQ(b.seqs.size(), 2u);
+  for (const ScheduledSequence& seq : b.seqs) {
+    EXPECT_FALSE(seq.continues);
+    EXPECT_EQ(seq.token_ids, std::vector<int32_t>{11});
+  }
+  ASSERT_TRUE(s->CanStep());
+  const StepPlan c = s->Step();  // while b runs
+  ASSERT_EQ(c.seqs.size(), 2u);
+  for (const ScheduledSequence& seq : c.seqs) {
+    const ScheduledSequence* before = FindSeq(b, seq.request_id);
+    ASSERT_NE(before, nullptr);
+    EXPECT_TRUE(seq.continues);
+    EXPECT_TRUE(seq.samples);
+    EXPECT_EQ(seq.token_ids, std::vector<int32_t>{kPendingToken});
+    EXPECT_EQ(seq.start_position, before->start_position + 1);
+    EXPECT_EQ(seq.num_computed_tokens_after, before->num_computed_tokens_after + 1);
+  }
+  EXPECT_FALSE(s->CanStep());
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+
+  ASSERT_TRUE(s->OnStepResult(SampleAll(b, 12)).ok());
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+  const StepPlan d = s->Step();  // while c runs: continues c
+  for (const ScheduledSequence& seq : d.seqs) {
+    EXPECT_TRUE(seq.continues);
+    EXPECT_EQ(seq.start_position, FindSeq(c, seq.request_id)->start_position + 1);
+  }
+  ASSERT_TRUE(s->OnStepResult(SampleAll(c, 13)).ok());
+  ASSERT_TRUE(s->OnStepResult(SampleAll(d, 14)).ok());
+  EXPECT_EQ(Outputs(*s, 1), (std::vector<int32_t>{11, 12, 13, 14}));
+  EXPECT_EQ(Outputs(*s, 2), (std::vector<int32_t>{11, 12, 13, 14}));
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+}
+
+TEST(SchedulerOverlap, AStopDropsTheContinuedRowAndFreesTheBlocks) {
+  ManualClock clock;
+  auto s = MakeScheduler(OverlapConfig(), &clock);
+  StartDecoding(*s, {50, 50});
+  const StepPlan b = s->Step();
+  const StepPlan c = s->Step();
+  ASSERT_NE(FindSeq(c, 1), nullptr);
+  ASSERT_TRUE(s->OnStepResult(SampleAll(b, 12, /*stop_id=*/1)).ok());
+  EXPECT_FALSE(s->State(1).has_value());  // ended now, reported by the next plan
+  const StepPlan d = s->Step();
+  ASSERT_EQ(d.finished.size(), 1u);
+  EXPECT_EQ(d.finished[0].request_id, 1u);
+  EXPECT_EQ(d.finished[0].reason, FinishReason::kStop);
+  EXPECT_EQ(d.finished[0].num_output_tokens, 2);
+  EXPECT_EQ(FindSeq(d, 1), nullptr);
+  // c's row for request 1 still comes back (the device ran it); it is dropped.
+  ASSERT_TRUE(s->OnStepResult(SampleAll(c, 13)).ok());
+  ASSERT_TRUE(s->OnStepResult(SampleAll(d, 14)).ok());
+  EXPECT_EQ(Outputs(*s, 2), (std::vector<int32_t>{11, 12, 13, 14}));
+  EXPECT_EQ(s->block_manager().NumSequences(), 1);
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+}
+
+TEST(SchedulerOverlap, TheLastTokenByLengthIsNeverContinued) {
+  ManualClock clock;
+  auto s = MakeScheduler(OverlapConfig(), &clock);
+  StartDecoding(*s, {/*max_tokens=*/3});  // output 1 sampled
+  const StepPlan b = s->Step();                             // samples output 2
+  const StepPlan c = s->Step();                             // continued: samples output 3
+  ASSERT_NE(FindSeq(c, 1), nullptr);
+  ASSERT_TRUE(s->OnStepResult(SampleAll(b, 12)).ok());
+  // c's token is the request's last: nothing may follow it.
+  const StepPlan d = s->Step();
+  EXPECT_EQ(FindSeq(d, 1), nullptr);
+  ASSERT_TRUE(s->OnStepResult(SampleAll(c, 13)).ok());
+  const StepPlan e = s->Step();
+  ASSERT_EQ(e.finished.size(), 1u);
+  EXPECT_EQ(e.finished[0].reason, FinishReason::kLength);
+  EXPECT_EQ(e.finished[0].num_output_tokens, 3);
+  EXPECT_EQ(s->block_manager().NumSequences(), 0);
+}
+
+TEST(SchedulerOverlap, AbortWhileBothPlansRunKeepsTheirResultsAcceptable) {
+  ManualClock clock;
+  auto s = MakeScheduler(OverlapConfig(), &clock);
+  StartDecoding(*s, {50});
+  const StepPlan b = s->Step();
+  const StepPlan c = s->Step();
+  ASSERT_TRUE(s->AbortRequest(1).ok());
+  EXPECT_EQ(s->block_manager().NumSequences(), 0);  // freed at once; plans run in order
+  ASSERT_TRUE(s->OnStepResult(SampleAll(b, 12)).ok());
+  ASSERT_TRUE(s->OnStepResult(SampleAll(c, 13)).ok());
+  const StepPlan d = s->Step();
+  ASSERT_EQ(d.finished.size(), 1u);
+  EXPECT_EQ(d.finished[0].reason, FinishReason::kAbort);
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+}
+
+}  // namespace
+}  // namespace xserv::engine
