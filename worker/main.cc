@@ -61,6 +61,7 @@ struct WorkerFlags {
   bool pp_nccl = true;
   double step_timeout_s = -1;
   bool pp_overlap = true;
+  bool overlap_scheduling = false;
   std::string quantization = "none";
   std::string host = "127.0.0.1";
   int port = 50061;
@@ -182,6 +183,10 @@ absl::Status CheckLayout(const WorkerFlags& f) {
   if (f.pp_size < 1 || f.pp_rank < 0 || f.pp_rank >= f.pp_size) {
     return absl::InvalidArgumentError(absl::StrCat("--pp-rank ", f.pp_rank, " is outside [0, ",
                                                    f.pp_size, ")"));
+  }
+  if (f.overlap_scheduling && f.tp_size * f.pp_size > 1) {
+    return absl::InvalidArgumentError(
+        "--overlap-scheduling runs on single-rank replicas only (no --tp-size or --pp-size)");
   }
   if (f.comm_timeout_s < 5) {  // the idle leader's heartbeat comes every second
     return absl::InvalidArgumentError("--comm-timeout-s must be at least 5");
@@ -530,7 +535,9 @@ int Run(const WorkerFlags& f) {
   ec.graphs = f.backend == "cuda" && f.cuda_graphs;
   ec.graphs_with_collectives = f.tp_cuda_graphs;
   ec.graphs_with_pipeline = f.pp_cuda_graphs;
-  ec.scheduler.max_in_flight_steps = MaxInFlightSteps(f);
+  ec.scheduler.max_in_flight_steps = f.overlap_scheduling ? 2 : MaxInFlightSteps(f);
+  ec.scheduler.overlap_decodes = f.overlap_scheduling;
+  ec.overlap = f.overlap_scheduling;
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = *num_blocks;
@@ -612,6 +619,10 @@ int main(int argc, char** argv) {
   app.add_option("--pp-overlap", f.pp_overlap,
                  "leader: keep one step in flight per pipeline stage so that the stages work "
                  "concurrently (each step takes its share of the running requests)")
+      ->capture_default_str();
+  app.add_option("--overlap-scheduling", f.overlap_scheduling,
+                 "plan and prepare step N+1 while step N runs on the device; N+1's decodes take "
+                 "N's tokens once sampled (docs/overlap-scheduling.md; single-rank replicas)")
       ->capture_default_str();
   app.add_option("--cuda-graphs", f.cuda_graphs,
                  "cuda: replay decode steps as CUDA graphs (single-GPU replicas)")

@@ -2,9 +2,13 @@
 // driven over gRPC: golden greedy tokens, concurrency and batching invariance, joins mid-stream,
 // cancellation freeing KV, seeds, preemption with a tiny pool, prompt logprobs, invalid requests,
 // and SIGTERM draining.
+#include <algorithm>
 #include <future>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/safetensors/float_convert.h"
 #include "common/safetensors/safetensors_file.h"
 #include "gtest/gtest.h"
@@ -38,28 +42,50 @@ std::vector<uint32_t> Prompt(int seed, int length) {
   return p;
 }
 
+// The suite runs against a default worker and one with --overlap-scheduling (step N+1 planned
+// and prepared while N runs; its decodes take N's tokens once drawn): every stream must be the
+// same.
+struct DefaultScheduling {
+  static std::vector<std::string> Flags() { return {}; }
+};
+struct OverlapScheduling {
+  static std::vector<std::string> Flags() { return {"--overlap-scheduling", "true"}; }
+};
+
+template <typename Scheduling>
 class WorkerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     worker_ = new ChildProcess();
-    ASSERT_TRUE(worker_->StartServer("xserv-worker", {"--model", SourcePath(kModel),
-                                                      "--max-num-batched-tokens", "256",
-                                                      "--threads", "2"}))
-        << worker_->Log();
+    std::vector<std::string> args = {"--model", SourcePath(kModel), "--max-num-batched-tokens",
+                                     "256", "--threads", "2"};
+    for (const std::string& flag : Scheduling::Flags()) args.push_back(flag);
+    ASSERT_TRUE(worker_->StartServer("xserv-worker", args)) << worker_->Log();
   }
   static void TearDownTestSuite() {
     EXPECT_EQ(worker_->Stop(SIGTERM), 0) << worker_->Log();
     delete worker_;
   }
   void TearDown() override {
-    if (HasFailure()) std::cerr << worker_->Log().substr(0, 20000);
+    if (this->HasFailure()) std::cerr << worker_->Log().substr(0, 20000);
   }
   static ChildProcess* worker_;
 };
-ChildProcess* WorkerTest::worker_ = nullptr;
+template <typename Scheduling>
+ChildProcess* WorkerTest<Scheduling>::worker_ = nullptr;
 
-TEST_F(WorkerTest, HealthAndInfo) {
-  auto stub = WorkerStub(worker_->address());
+using Schedulings = ::testing::Types<DefaultScheduling, OverlapScheduling>;
+class SchedulingNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, OverlapScheduling> ? "Overlap" : "Default";
+  }
+};
+TYPED_TEST_SUITE(WorkerTest, Schedulings, SchedulingNames);
+
+TYPED_TEST(WorkerTest, HealthAndInfo) {
+  auto stub = WorkerStub(this->worker_->address());
   grpc::ClientContext ctx;
   wv1::HealthResponse health;
   ASSERT_TRUE(stub->Health(&ctx, wv1::HealthRequest(), &health).ok());
@@ -76,8 +102,8 @@ TEST_F(WorkerTest, HealthAndInfo) {
   EXPECT_GT(info.kv_capacity_blocks(), 0u);
 }
 
-TEST_F(WorkerTest, GreedyTokensMatchTransformers) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, GreedyTokensMatchTransformers) {
+  auto stub = WorkerStub(this->worker_->address());
   for (int i = 0; i < 2; ++i) {
     const auto prompt = GoldenInts("input_ids." + std::to_string(i));
     const auto expected = GoldenInts("greedy." + std::to_string(i));
@@ -92,8 +118,8 @@ TEST_F(WorkerTest, GreedyTokensMatchTransformers) {
   }
 }
 
-TEST_F(WorkerTest, ThirtyTwoConcurrentRequestsEqualEachAlone) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, ThirtyTwoConcurrentRequestsEqualEachAlone) {
+  auto stub = WorkerStub(this->worker_->address());
   std::vector<std::vector<uint32_t>> alone;
   for (int i = 0; i < 32; ++i) {
     GenerateOutcome out =
@@ -104,7 +130,7 @@ TEST_F(WorkerTest, ThirtyTwoConcurrentRequestsEqualEachAlone) {
   std::vector<std::future<GenerateOutcome>> futures;
   for (int i = 0; i < 32; ++i) {
     futures.push_back(std::async(std::launch::async, [&, i] {
-      auto own = WorkerStub(worker_->address());
+      auto own = WorkerStub(this->worker_->address());
       return Generate(*own, GreedyRequest("batch-" + std::to_string(i), Prompt(i, 5 + i % 23), 12));
     }));
   }
@@ -115,11 +141,11 @@ TEST_F(WorkerTest, ThirtyTwoConcurrentRequestsEqualEachAlone) {
   }
 }
 
-TEST_F(WorkerTest, RequestJoiningMidGenerationIsUnaffected) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, RequestJoiningMidGenerationIsUnaffected) {
+  auto stub = WorkerStub(this->worker_->address());
   const GenerateOutcome late_alone = Generate(*stub, GreedyRequest("late-alone", Prompt(7, 30), 20));
   auto long_run = std::async(std::launch::async, [&] {
-    auto own = WorkerStub(worker_->address());
+    auto own = WorkerStub(this->worker_->address());
     return Generate(*own, GreedyRequest("long", Prompt(3, 10), 150));
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -135,8 +161,8 @@ wv1::LoadResponse GetLoad(wv1::Worker::Stub& stub) {
   return load;
 }
 
-TEST_F(WorkerTest, CancellationAbortsAndFreesBlocks) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, CancellationAbortsAndFreesBlocks) {
+  auto stub = WorkerStub(this->worker_->address());
   GenerateOutcome out = Generate(*stub, GreedyRequest("cancel-me", Prompt(11, 60), 180), 3);
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_LT(out.tokens.size(), 180u);
@@ -153,8 +179,8 @@ TEST_F(WorkerTest, CancellationAbortsAndFreesBlocks) {
   EXPECT_EQ(load.kv_blocks_free(), load.kv_blocks_total());
 }
 
-TEST_F(WorkerTest, SeedsReproduce) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, SeedsReproduce) {
+  auto stub = WorkerStub(this->worker_->address());
   auto sampled = [&](const std::string& id, uint64_t seed) {
     wv1::GenerateRequest r = GreedyRequest(id, Prompt(5, 8), 24);
     r.mutable_sampling()->set_temperature(1.0f);
@@ -167,8 +193,8 @@ TEST_F(WorkerTest, SeedsReproduce) {
   EXPECT_NE(sampled("seed-c", 4321), a);
 }
 
-TEST_F(WorkerTest, PromptLogprobsMatchTransformers) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, PromptLogprobsMatchTransformers) {
+  auto stub = WorkerStub(this->worker_->address());
   const auto prompt = GoldenInts("input_ids.0");
   const auto logits = GoldenFloats("logits.0");
   wv1::GenerateRequest r = GreedyRequest("echo", prompt, 1);
@@ -192,8 +218,8 @@ TEST_F(WorkerTest, PromptLogprobsMatchTransformers) {
   EXPECT_EQ(out.logprobs[0].rank(), 1u);  // greedy picks the top token
 }
 
-TEST_F(WorkerTest, InvalidRequestsAreRejectedAndServingContinues) {
-  auto stub = WorkerStub(worker_->address());
+TYPED_TEST(WorkerTest, InvalidRequestsAreRejectedAndServingContinues) {
+  auto stub = WorkerStub(this->worker_->address());
   auto code = [&](wv1::GenerateRequest r) { return Generate(*stub, r).status.error_code(); };
   EXPECT_EQ(code(GreedyRequest("empty", {}, 4)), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(code(GreedyRequest("big-id", {1, 2, 9999}, 4)), grpc::StatusCode::INVALID_ARGUMENT);
@@ -213,23 +239,120 @@ TEST_F(WorkerTest, InvalidRequestsAreRejectedAndServingContinues) {
   EXPECT_EQ(fine.tokens.size(), 4u);
 }
 
+// Overlap scheduling against the default on the same requests, run concurrently: stop ids
+// (the first drawn ends the stream; a continued row after it is dropped), min_tokens holding
+// them back, repetition / presence / frequency penalties and seeded sampling (which read every
+// token drawn so far, so a step that sampled before its predecessor's token was applied would
+// differ), logprobs, and max_tokens of 1 and 2 (nothing continued past the last token).
+TEST(WorkerOverlap, StreamsEqualTheDefaultScheduling) {
+  ChildProcess base, overlap;
+  ASSERT_TRUE(base.StartServer("xserv-worker", {"--model", SourcePath(kModel)})) << base.Log();
+  ASSERT_TRUE(overlap.StartServer("xserv-worker", {"--model", SourcePath(kModel),
+                                                   "--overlap-scheduling", "true"}))
+      << overlap.Log();
+  auto free_run = [](const std::string& address) {
+    auto stub = WorkerStub(address);
+    return Generate(*stub, GreedyRequest("free", Prompt(4, 12), 30)).tokens;
+  };
+  const std::vector<uint32_t> free_tokens = free_run(base.address());
+  ASSERT_EQ(free_tokens.size(), 30u);
+  EXPECT_EQ(free_run(overlap.address()), free_tokens);
+  const uint32_t stop = free_tokens[6];
+  const size_t first_stop =
+      std::find(free_tokens.begin(), free_tokens.end(), stop) - free_tokens.begin();
+
+  std::vector<wv1::GenerateRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    wv1::GenerateRequest r = GreedyRequest(absl::StrCat("r", i), Prompt(i, 5 + 3 * i), 24);
+    wv1::SamplingParams& p = *r.mutable_sampling();
+    switch (i % 6) {
+      case 0: p.set_repetition_penalty(1.3f); break;
+      case 1: p.set_presence_penalty(1.5f), p.set_frequency_penalty(0.7f); break;
+      case 2: p.set_temperature(0.8f), p.set_seed(100 + i), p.set_top_k(20); break;
+      case 3: p.set_logprobs(3); break;
+      case 4: p.set_max_tokens(1 + i % 2); break;
+      case 5: p.set_temperature(1.0f), p.set_seed(7), p.set_min_p(0.05f); break;
+    }
+    requests.push_back(r);
+  }
+  wv1::GenerateRequest stopped = GreedyRequest("stopped", Prompt(4, 12), 30);
+  stopped.mutable_sampling()->add_stop_token_ids(stop);
+  requests.push_back(stopped);
+  wv1::GenerateRequest held = stopped;
+  held.set_request_id("held");
+  held.mutable_sampling()->set_min_tokens(static_cast<uint32_t>(first_stop) + 3);
+  requests.push_back(held);
+
+  auto run_all = [&](const std::string& address) {
+    std::vector<std::future<GenerateOutcome>> futures;
+    for (const wv1::GenerateRequest& r : requests) {
+      futures.push_back(std::async(std::launch::async, [address, r] {
+        auto stub = WorkerStub(address);
+        return Generate(*stub, r);
+      }));
+    }
+    std::vector<GenerateOutcome> outs;
+    for (auto& f : futures) outs.push_back(f.get());
+    return outs;
+  };
+  const std::vector<GenerateOutcome> want = run_all(base.address());
+  const std::vector<GenerateOutcome> got = run_all(overlap.address());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].request_id());
+    ASSERT_TRUE(want[i].status.ok()) << want[i].status.error_message();
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, want[i].tokens);
+    ASSERT_TRUE(got[i].has_finished && want[i].has_finished);
+    EXPECT_EQ(got[i].finished.reason(), want[i].finished.reason());
+    EXPECT_EQ(got[i].finished.completion_tokens(), want[i].finished.completion_tokens());
+    ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size());
+    for (size_t j = 0; j < got[i].logprobs.size(); ++j) {
+      EXPECT_EQ(got[i].logprobs[j].token_id(), want[i].logprobs[j].token_id());
+      EXPECT_FLOAT_EQ(got[i].logprobs[j].logprob(), want[i].logprobs[j].logprob());
+    }
+  }
+  // The stop id ends the stream at its first occurrence; min_tokens holds it back.
+  const GenerateOutcome& s = got[requests.size() - 2];
+  EXPECT_EQ(s.tokens, std::vector<uint32_t>(free_tokens.begin(),
+                                            free_tokens.begin() + first_stop + 1));
+  EXPECT_EQ(s.finished.reason(), wv1::FINISH_REASON_STOP);
+  const GenerateOutcome& h = got.back();
+  ASSERT_GE(h.tokens.size(), first_stop + 3);
+  EXPECT_EQ(std::count(h.tokens.begin(), h.tokens.begin() + first_stop + 2, stop), 0);
+  // The overlap worker planned steps while others ran (the free run alone gives 27 or more);
+  // the default one did not.
+  auto overlap_stub = WorkerStub(overlap.address());
+  auto base_stub = WorkerStub(base.address());
+  EXPECT_GT(GetLoad(*overlap_stub).num_overlapped_steps_total(), 20u);
+  EXPECT_EQ(GetLoad(*base_stub).num_overlapped_steps_total(), 0u);
+  EXPECT_EQ(overlap.Stop(), 0);
+  EXPECT_EQ(base.Stop(), 0);
+}
+
 TEST(WorkerPreemption, TinyKvPoolGivesTheSameTokens) {
   // 10 blocks of 16 tokens cannot hold 8 sequences of ~60 tokens at once: the scheduler must
   // preempt (swap, then recompute when the host pool is small) and still produce identical
   // greedy tokens.
-  for (const char* mode : {"swap", "recompute"}) {
+  // Also with overlap scheduling: continued decodes are never preemption victims.
+  struct Variant {
+    const char* mode;
+    const char* overlap;
+  };
+  for (const auto& [mode, overlap] : {Variant{"swap", "false"}, Variant{"recompute", "false"},
+                                      Variant{"swap", "true"}, Variant{"recompute", "true"}}) {
     ChildProcess big, tiny;
     ASSERT_TRUE(big.StartServer("xserv-worker", {"--model", SourcePath(kModel)})) << big.Log();
     ASSERT_TRUE(tiny.StartServer("xserv-worker", {"--model", SourcePath(kModel), "--num-kv-blocks",
                                                   "10", "--swap-space-gb", "0.0001",
-                                                  "--preemption-mode", mode}))
+                                                  "--preemption-mode", mode,
+                                                  "--overlap-scheduling", overlap}))
         << tiny.Log();
     auto run_all = [](const std::string& address) {
       std::vector<std::future<GenerateOutcome>> futures;
       for (int i = 0; i < 8; ++i) {
         futures.push_back(std::async(std::launch::async, [address, i] {
           auto stub = WorkerStub(address);
-          return Generate(*stub, GreedyRequest("p" + std::to_string(i), Prompt(i, 20 + i), 40));
+          return Generate(*stub, GreedyRequest(absl::StrCat("p", i), Prompt(i, 20 + i), 40));
         }));
       }
       std::vector<std::vector<uint32_t>> tokens;
@@ -241,9 +364,10 @@ TEST(WorkerPreemption, TinyKvPoolGivesTheSameTokens) {
       return tokens;
     };
     const auto expected = run_all(big.address());
-    EXPECT_EQ(run_all(tiny.address()), expected) << mode << "\n" << tiny.Log().substr(0, 5000);
+    EXPECT_EQ(run_all(tiny.address()), expected)
+        << mode << " overlap " << overlap << "\n" << tiny.Log().substr(0, 5000);
     auto stub = WorkerStub(tiny.address());
-    EXPECT_GT(GetLoad(*stub).num_preemptions_total(), 0u) << mode;
+    EXPECT_GT(GetLoad(*stub).num_preemptions_total(), 0u) << mode << " overlap " << overlap;
     EXPECT_EQ(tiny.Stop(), 0);
     EXPECT_EQ(big.Stop(), 0);
   }

@@ -62,6 +62,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         "engine: max_num_batched_tokens ", config.scheduler.max_num_batched_tokens,
         " exceeds the model workspace of ", model->max_num_tokens(), " tokens"));
   }
+  if (config.overlap != config.scheduler.overlap_decodes) {
+    return absl::InvalidArgumentError(
+        "engine: overlap scheduling needs the scheduler's overlap_decodes, and only it");
+  }
+  if (config.overlap && (config.step_comm != nullptr || !model->is_first_stage() ||
+                         !model->is_last_stage() || model->tp_size() > 1)) {
+    return absl::InvalidArgumentError(
+        "engine: overlap scheduling runs on single-rank replicas only (no TP or PP)");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config.scheduler, clock));
   const int64_t block_size = kv->block_size();
   ASSIGN_OR_RETURN(
@@ -310,6 +319,7 @@ absl::Status Engine::Publish(const DeviceStep& step) {
 }
 
 absl::StatusOr<bool> Engine::RunStep() {
+  if (config_.overlap) return RunOverlappedStep();
   bool progressed = false;
   bool planned_work = false;
   if (scheduler_->CanStep()) {
@@ -369,40 +379,113 @@ Engine::PendingStep Engine::PrepareStep(StepPlan plan) {
 }
 
 absl::Status Engine::FinishStep(const PendingStep& pending) {
-  const StepPlan& plan = pending.plan;
-  const DeviceStep& step = pending.step;
-  const std::vector<int64_t>& first_row = pending.first_row;
   kernels::Tensor logits;
   {
     ScopedPhase timed(phases_, StepPhase::kForward);
-    ASSIGN_OR_RETURN(logits, runner_.Run(step));
+    ASSIGN_OR_RETURN(logits, runner_.Run(pending.step));
   }
   {
     // The previous step's tokens go out while the device runs this one.
     ScopedPhase timed(phases_, StepPhase::kStream);
     FlushOutbox();
   }
-  if (!plan.HasWork()) return absl::OkStatus();
+  if (!pending.plan.HasWork()) return absl::OkStatus();
+  std::vector<int64_t> draw_row;
+  ASSIGN_OR_RETURN(std::vector<kernels::SampleRowResult> sampled,
+                   SampleStep(pending, logits, draw_row));
+  return ApplyResults(pending, sampled, draw_row);
+}
+
+std::optional<Engine::PendingStep> Engine::PlanOverlapped(bool& delivered) {
+  StepPlan plan;
+  {
+    ScopedPhase timed(phases_, StepPhase::kSchedule);
+    plan = scheduler_->Step();
+    for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
+  }
+  delivered = !plan.finished.empty();
+  if (!plan.HasWork() && !plan.HasBlockOps()) return std::nullopt;
+  ScopedPhase timed(phases_, StepPhase::kPrepare);
+  return PrepareStep(std::move(plan));
+}
+
+absl::Status Engine::LaunchOverlapped(PendingStep pending) {
+  kernels::Tensor logits;
+  {
+    ScopedPhase timed(phases_, StepPhase::kForward);
+    ASSIGN_OR_RETURN(logits, runner_.Run(pending.step));
+  }
+  // A plan of block moves only has nothing to sample.
+  if (pending.plan.HasWork()) launched_ = Launched{std::move(pending), logits};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Engine::RunOverlappedStep() {
+  if (!launched_) {  // nothing on the device: plan and launch a step
+    if (!scheduler_->CanStep()) return false;
+    bool delivered = false;
+    std::optional<PendingStep> pending = PlanOverlapped(delivered);
+    if (!pending) return delivered;
+    RETURN_IF_ERROR(LaunchOverlapped(std::move(*pending)));
+    return true;
+  }
+  // A step runs on the device: plan and prepare the next one meanwhile (its decodes continue
+  // those of the running step), and stream what is decided.
+  bool delivered = false;
+  std::optional<PendingStep> next;
+  if (scheduler_->CanStep()) next = PlanOverlapped(delivered);
+  {
+    ScopedPhase timed(phases_, StepPhase::kStream);
+    FlushOutbox();
+  }
+  Launched ran = std::move(*launched_);
+  launched_.reset();
+  std::vector<int64_t> draw_row;
+  ASSIGN_OR_RETURN(std::vector<kernels::SampleRowResult> sampled,
+                   SampleStep(ran.pending, ran.logits, draw_row));
+  if (next) {
+    // The continued rows feed the tokens just drawn. A request that drew none (aborted in
+    // flight) feeds 0: its row's result is dropped.
+    std::unordered_map<RequestId, int32_t> drawn;
+    for (size_t i = 0; i < ran.pending.plan.seqs.size(); ++i) {
+      if (draw_row[i] >= 0) drawn[ran.pending.plan.seqs[i].request_id] = sampled[draw_row[i]].token;
+    }
+    for (size_t i = 0; i < next->plan.seqs.size(); ++i) {
+      const ScheduledSequence& s = next->plan.seqs[i];
+      if (!s.continues) continue;
+      const auto it = drawn.find(s.request_id);
+      next->step.chunks[i].tokens[0] = it == drawn.end() ? 0 : it->second;
+    }
+    RETURN_IF_ERROR(LaunchOverlapped(std::move(*next)));
+  }
+  // The scheduler learns step N's tokens after N + 1 was planned and launched.
+  RETURN_IF_ERROR(ApplyResults(ran.pending, sampled, draw_row));
+  return true;
+}
+
+Engine::Live* Engine::LiveOf(RequestId id) {
+  auto it = live_.find(id);
+  if (it == live_.end() || !scheduler_->State(id).has_value()) return nullptr;
+  return it->second.get();
+}
+
+absl::StatusOr<std::vector<kernels::SampleRowResult>> Engine::SampleStep(
+    const PendingStep& pending, const kernels::Tensor& logits, std::vector<int64_t>& draw_row) {
+  const StepPlan& plan = pending.plan;
+  const DeviceStep& step = pending.step;
+  const std::vector<int64_t>& first_row = pending.first_row;
   int64_t tokens = 0;
   for (const DeviceChunk& c : step.chunks) tokens += static_cast<int64_t>(c.tokens.size());
   phases_.CountStep(static_cast<int64_t>(step.chunks.size()), tokens);
-  std::optional<ScopedPhase> timed(std::in_place, phases_, StepPhase::kSample);
-  // Requests aborted while this step was in flight (the scheduler has ended them; their Live
-  // goes once the next plan reports it) get no row sampled and no token streamed; the scheduler
-  // drops their results.
-  auto live_of = [&](RequestId id) -> Live* {
-    auto it = live_.find(id);
-    if (it == live_.end() || !scheduler_->State(id).has_value()) return nullptr;
-    return it->second.get();
-  };
+  ScopedPhase timed(phases_, StepPhase::kSample);
   // One spec per logits row: prompt positions still to report are scored, each sampling
   // sequence's last row draws; only the small per-row results cross to the host.
   std::vector<kernels::SampleRowSpec> specs(static_cast<size_t>(pending.rows));
   std::vector<std::vector<kernels::TokenAdjustment>> adjustments(plan.seqs.size());
-  std::vector<int64_t> draw_row(plan.seqs.size(), -1);
+  draw_row.assign(plan.seqs.size(), -1);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSequence& s = plan.seqs[i];
-    const Live* l = live_of(s.request_id);
+    const Live* l = LiveOf(s.request_id);
     if (l == nullptr) continue;
     const bool all_rows = step.chunks[i].logits == model::LogitsRows::kAll;
     if (all_rows) {  // prompt logprobs of the positions this chunk covers, in order
@@ -430,12 +513,20 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   }
   std::vector<kernels::SampleRowResult> sampled(specs.size());
   if (pending.rows > 0) RETURN_IF_ERROR(backend_.Sample(logits, specs, sampled));
-  timed.emplace(phases_, StepPhase::kResults);
+  return sampled;
+}
 
+absl::Status Engine::ApplyResults(const PendingStep& pending,
+                                  const std::vector<kernels::SampleRowResult>& sampled,
+                                  const std::vector<int64_t>& draw_row) {
+  const StepPlan& plan = pending.plan;
+  const DeviceStep& step = pending.step;
+  const std::vector<int64_t>& first_row = pending.first_row;
+  ScopedPhase timed(phases_, StepPhase::kResults);
   StepResult result{.step_id = plan.step_id};
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSequence& s = plan.seqs[i];
-    Live* lp = live_of(s.request_id);
+    Live* lp = LiveOf(s.request_id);
     if (lp == nullptr) continue;
     Live& l = *lp;
     if (step.chunks[i].logits == model::LogitsRows::kAll) {
@@ -492,6 +583,7 @@ void Engine::FailAll(const absl::Status& status) {
   }
   live_.clear();
   pending_.clear();
+  launched_.reset();
   std::lock_guard<std::mutex> lock(mu_);
   live_ids_.clear();
 }
@@ -519,7 +611,7 @@ void Engine::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       // Published steps are run even when every request in them has ended meanwhile: the other
       // ranks run them too.
-      const bool published = !pending_.empty();
+      const bool published = !pending_.empty() || launched_.has_value();
       auto ready = [&] {
         return stop_ || published || !inbox_adds_.empty() || !inbox_aborts_.empty() ||
                (progressed && scheduler_->HasPendingWork());
@@ -588,6 +680,7 @@ void Engine::Loop() {
     }
   }
   pending_.clear();
+  launched_.reset();  // overlap scheduling: launched, never sampled; its requests end below
   FlushOutbox();  // every decided token and finish before the aborts below
   absl::Status stopped = Publish(DeviceStep{.kind = DeviceStep::Kind::kStop});
   if (stopped.ok() && plans_ != nullptr) stopped = plans_->Flush();

@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -72,6 +73,11 @@ struct EngineConfig {
   // Decode graphs on pipeline stages whose hand-off is device to device (NCCL): each stage's
   // receive, layers and send are one graph. Every stage must run them, padded alike.
   bool graphs_with_pipeline = false;
+  // Overlap scheduling (docs/overlap-scheduling.md), single-rank replicas only, with
+  // scheduler.overlap_decodes: step N+1 is planned and prepared while step N runs on the device;
+  // once N's tokens are sampled they are put into N+1's continued rows on the host, N+1 is
+  // launched, and only then are N's results applied and streamed.
+  bool overlap = false;
 };
 
 // A consistent snapshot for the Load RPC and metrics.
@@ -137,6 +143,10 @@ class Engine {
 
   void Loop();
   void DrainInbox();
+  // The live request `id`, or null once the scheduler has ended it (aborted, or stopped while a
+  // later step of it was in flight): such a request gets no row sampled and no token streamed;
+  // the scheduler drops its results.
+  Live* LiveOf(RequestId id);
   // One scheduler step: plans (and publishes) the next step while the pipeline has room, then
   // runs the oldest outstanding one unless another may still be planned first. True when it
   // did anything (planned or ran a batch, or delivered a finish).
@@ -144,6 +154,22 @@ class Engine {
   PendingStep PrepareStep(StepPlan plan);
   // Runs `pending` on this rank, samples and hands the result to the scheduler and the sinks.
   absl::Status FinishStep(const PendingStep& pending);
+  // FinishStep's parts: the sampling of a step whose forward has been launched (its logits),
+  // which waits for the device; and the result handed to the scheduler and the outbox.
+  // draw_row: per sequence, its drawn row (-1: none).
+  absl::StatusOr<std::vector<kernels::SampleRowResult>> SampleStep(
+      const PendingStep& pending, const kernels::Tensor& logits, std::vector<int64_t>& draw_row);
+  absl::Status ApplyResults(const PendingStep& pending,
+                            const std::vector<kernels::SampleRowResult>& sampled,
+                            const std::vector<int64_t>& draw_row);
+  // EngineConfig::overlap's step: samples the launched step, launches the next (planned
+  // meanwhile), then applies the sampled results.
+  absl::StatusOr<bool> RunOverlappedStep();
+  // Its parts: the next plan, prepared (nullopt when it has nothing to run; `delivered`: it
+  // reported finished requests); and the launch of a prepared step, kept in launched_ to be
+  // sampled unless it only moves blocks.
+  std::optional<PendingStep> PlanOverlapped(bool& delivered);
+  absl::Status LaunchOverlapped(PendingStep pending);
   // Sends `step` to the peer ranks (no-op without step_comm).
   absl::Status Publish(const DeviceStep& step);
   void DeliverFinished(const FinishedRequest& finished);
@@ -164,6 +190,12 @@ class Engine {
   DeviceStepRunner runner_;
   std::chrono::steady_clock::time_point last_publish_{};  // loop thread: the last step sent
   std::deque<PendingStep> pending_;  // loop thread: published, oldest first
+  // Overlap scheduling: the step whose forward runs on the device, not yet sampled.
+  struct Launched {
+    PendingStep pending;
+    kernels::Tensor logits;
+  };
+  std::optional<Launched> launched_;
   std::unique_ptr<PlanChannel> plans_;  // to the peer ranks (multi-rank replicas)
 
   // Loop-thread state.
