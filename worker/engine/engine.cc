@@ -448,7 +448,8 @@ absl::StatusOr<bool> Engine::RunOverlappedStep() {
     // flight) feeds 0: its row's result is dropped.
     std::unordered_map<RequestId, int32_t> drawn;
     for (size_t i = 0; i < ran.pending.plan.seqs.size(); ++i) {
-      if (draw_row[i] >= 0) drawn[ran.pending.plan.seqs[i].request_id] = sampled[draw_row[i]].token;
+      if (draw_row[i] < 0) continue;
+      drawn[ran.pending.plan.seqs[i].request_id] = sampled[draw_row[i]].token;
     }
     for (size_t i = 0; i < next->plan.seqs.size(); ++i) {
       const ScheduledSequence& s = next->plan.seqs[i];
