@@ -17,8 +17,9 @@
 // preemption victims, and each plan takes at most 1 / max_in_flight_steps of the live requests,
 // so consecutive plans split the batch between them. With config.overlap_decodes instead (two
 // plans), decoding requests of the outstanding plan go on in the next one with a placeholder
-// token (ScheduledSequence::continues), unless the outstanding token is their last by length. Plans must be executed in order: an
-// aborted request's blocks may be reused by the next plan while its last one is still running.
+// token (ScheduledSequence::continues), unless the outstanding token is their last by length.
+// Plans must be executed in order: an aborted (or stopped) request's blocks may be reused by
+// the next plan while its last one is still running.
 // Who ends a request: the engine decides kStop (EOS / stop ids / min_tokens / ignore_eos — it
 // owns the sampling parameters) via SampledToken::stop; the scheduler decides kLength
 // (max_tokens, max_model_len), kAbort (AbortRequest) and kError (cannot fit in the KV pool).
