@@ -151,4 +151,19 @@ cudaError_t AllowDynamicSharedMemory(int64_t bytes) {
   return err;
 }
 
+// Asks for kKernel's largest shared-memory carveout on the current device, once per device (as
+// above: before any graph captures the kernel's launches). A failure is not remembered.
+template <auto kKernel>
+cudaError_t PreferMaxSharedCarveout() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices] = {};
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (device < kMaxDevices && done[device].load()) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(
+      kKernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (err == cudaSuccess && device < kMaxDevices) done[device].store(true);
+  return err;
+}
+
 }  // namespace xserv::kernels::cuda

@@ -11,8 +11,8 @@
 // cut into 16-key tiles dealt round robin to the P' x 4 warps, P' <= P the CTAs its length needs
 // (at least 2 tiles per warp). The host sizes P for the longest sequence a graph may see, bounded
 // by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA. Each warp streams its
-// tiles through a 3-stage cp.async ring in its own shared memory (no CTA barrier in the loop),
-// and per tile
+// tiles through a 2- or 3-stage cp.async ring (by grid size, below) in its own shared memory
+// (no CTA barrier in the loop), and per tile
 //   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled to log2 units and masked (causal +
 //               window; a tile every row sees whole, the common case, skips the mask);
 //   online softmax (exp2) over the quad of lanes holding a row;
@@ -46,10 +46,13 @@ constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fr
 // A warp's ring: 3 tiles in flight (2 CTAs per SM at head_dim 128), or 2 with a third CTA per
 // SM, which pays once the grid has many CTAs per SM. Qwen3-8B on an H200, 384-token contexts
 // (docs/benchmarks, session 15), ms per decode step: b=64 6.32 deep vs 6.46 shallow; b=256
-// 12.85 deep vs 12.40 shallow. The switch sits between them: (sequence, kv head) pairs >= 1024.
+// 12.85 deep vs 12.40 shallow. The switch sits between them: the step's (sequence, kv head)
+// pairs, prefill sequences included, >= 1024. At head_dim 64 (gpt-oss; 3 deep CTAs fit already)
+// the switch was not measured on its own: gpt-oss b=256 ran 12.84 -> 12.30 ms with all of the
+// session's changes together.
 constexpr int kDeepStages = 3;
 constexpr int kShallowStages = 2;
-constexpr int kShallowMinCtas = 1024;
+constexpr int kShallowMinPairs = 1024;
 
 // Shared memory: the Q tile, then each warp's ring of kStages stages (a warp's tiles in flight;
 // bf16: a K and a V tile; FP8: their codes and the tile's K and V scales) and, FP8 only, the
@@ -409,9 +412,7 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
   // The shallow ring's point is a third CTA per SM (3 x 74 KB at head_dim 128), which needs the
   // largest carveout; the driver's own pick is not guaranteed to be it.
   if constexpr (kStages == kShallowStages) {
-    static const cudaError_t carveout = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (carveout != cudaSuccess) return carveout;
+    if (const cudaError_t err = PreferMaxSharedCarveout<kernel>(); err != cudaSuccess) return err;
   }
   const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
   const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
@@ -451,7 +452,7 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
     return args.head_dim == 64 ? LaunchDecode<64, true, kDeepStages>(args, stream)
                                : LaunchDecode<128, true, kDeepStages>(args, stream);
   }
-  if (int64_t{args.num_seqs} * args.kv_heads >= kShallowMinCtas) {
+  if (int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs) {
     return args.head_dim == 64 ? LaunchDecode<64, false, kShallowStages>(args, stream)
                                : LaunchDecode<128, false, kShallowStages>(args, stream);
   }

@@ -243,7 +243,8 @@ TYPED_TEST(WorkerTest, InvalidRequestsAreRejectedAndServingContinues) {
 // (the first drawn ends the stream; a continued row after it is dropped), min_tokens holding
 // them back, repetition / presence / frequency penalties and seeded sampling (which read every
 // token drawn so far, so a step that sampled before its predecessor's token was applied would
-// differ), logprobs, and max_tokens of 1 and 2 (nothing continued past the last token).
+// differ), logprobs, prompt logprobs (a prompt's last chunk continued by its first decode), and
+// max_tokens of 1 and 2 (nothing continued past the last token).
 TEST(WorkerOverlap, StreamsEqualTheDefaultScheduling) {
   ChildProcess base, overlap;
   ASSERT_TRUE(base.StartServer("xserv-worker", {"--model", SourcePath(kModel)})) << base.Log();
@@ -278,6 +279,9 @@ TEST(WorkerOverlap, StreamsEqualTheDefaultScheduling) {
   wv1::GenerateRequest stopped = GreedyRequest("stopped", Prompt(4, 12), 30);
   stopped.mutable_sampling()->add_stop_token_ids(stop);
   requests.push_back(stopped);
+  wv1::GenerateRequest echo = GreedyRequest("echo", Prompt(9, 30), 6);  // a continued prefill
+  echo.mutable_sampling()->set_prompt_logprobs(2);
+  requests.push_back(echo);
   wv1::GenerateRequest held = stopped;
   held.set_request_id("held");
   held.mutable_sampling()->set_min_tokens(static_cast<uint32_t>(first_stop) + 3);
@@ -305,6 +309,10 @@ TEST(WorkerOverlap, StreamsEqualTheDefaultScheduling) {
     ASSERT_TRUE(got[i].has_finished && want[i].has_finished);
     EXPECT_EQ(got[i].finished.reason(), want[i].finished.reason());
     EXPECT_EQ(got[i].finished.completion_tokens(), want[i].finished.completion_tokens());
+    ASSERT_EQ(got[i].prompt_logprobs.size(), want[i].prompt_logprobs.size());
+    for (size_t j = 0; j < got[i].prompt_logprobs.size(); ++j) {
+      EXPECT_FLOAT_EQ(got[i].prompt_logprobs[j].logprob(), want[i].prompt_logprobs[j].logprob());
+    }
     ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size());
     for (size_t j = 0; j < got[i].logprobs.size(); ++j) {
       EXPECT_EQ(got[i].logprobs[j].token_id(), want[i].logprobs[j].token_id());
@@ -312,11 +320,18 @@ TEST(WorkerOverlap, StreamsEqualTheDefaultScheduling) {
     }
   }
   // The stop id ends the stream at its first occurrence; min_tokens holds it back.
-  const GenerateOutcome& s = got[requests.size() - 2];
+  auto outcome_of = [&](const std::string& id) -> const GenerateOutcome& {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i].request_id() == id) return got[i];
+    }
+    ADD_FAILURE() << "no request " << id;
+    return got.front();
+  };
+  const GenerateOutcome& s = outcome_of("stopped");
   EXPECT_EQ(s.tokens, std::vector<uint32_t>(free_tokens.begin(),
                                             free_tokens.begin() + first_stop + 1));
   EXPECT_EQ(s.finished.reason(), wv1::FINISH_REASON_STOP);
-  const GenerateOutcome& h = got.back();
+  const GenerateOutcome& h = outcome_of("held");
   ASSERT_GE(h.tokens.size(), first_stop + 3);
   EXPECT_EQ(std::count(h.tokens.begin(), h.tokens.begin() + first_stop + 2, stop), 0);
   // The overlap worker planned steps while others ran (the free run alone gives 27 or more);

@@ -427,6 +427,9 @@ absl::StatusOr<bool> Engine::RunOverlappedStep() {
     std::optional<PendingStep> pending = PlanOverlapped(delivered);
     if (!pending) return delivered;
     RETURN_IF_ERROR(LaunchOverlapped(std::move(*pending)));
+    // What the last results decided goes out while the device runs this step.
+    ScopedPhase timed(phases_, StepPhase::kStream);
+    FlushOutbox();
     return true;
   }
   // A step runs on the device: plan and prepare the next one meanwhile (its decodes continue
@@ -444,8 +447,9 @@ absl::StatusOr<bool> Engine::RunOverlappedStep() {
   ASSIGN_OR_RETURN(std::vector<kernels::SampleRowResult> sampled,
                    SampleStep(ran.pending, ran.logits, draw_row));
   if (next) {
-    // The continued rows feed the tokens just drawn. A request that drew none (aborted in
-    // flight) feeds 0: its row's result is dropped.
+    // The continued rows feed the tokens just drawn. Every continued request drew one: nothing
+    // ends a request between the plan and the sampling (aborts are taken before planning). 0 is
+    // only a guard; such a row's result would be dropped.
     std::unordered_map<RequestId, int32_t> drawn;
     for (size_t i = 0; i < ran.pending.plan.seqs.size(); ++i) {
       if (draw_row[i] < 0) continue;

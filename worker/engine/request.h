@@ -76,7 +76,6 @@ struct Request {
   int32_t num_computed_tokens = 0;
   int32_t num_cached_tokens = 0;    // prefix-cache hit at the latest admission
   uint64_t num_steps_scheduled = 0;  // 0 until the engine has seen the request once
-  uint64_t scheduled_in_step = 0;    // step id that last scheduled it (0 = never)
   bool in_flight = false;            // in a plan whose result has not come back yet
   // Overlap scheduling (SchedulerConfig::overlap_decodes): the plans it is in whose results have
   // not come back (at most 2), and the tokens they feed.

@@ -40,6 +40,15 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   if (requests_.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", spec.id, " is already live"));
   }
+  // An ended request's rows may still be in flight; their results are matched by id.
+  for (const InFlightStep& step : in_flight_) {
+    for (const InFlight& f : step.entries) {
+      if (f.id == spec.id) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("request ", spec.id, " still has a step in flight"));
+      }
+    }
+  }
   auto r = std::make_unique<Request>();
   const uint64_t arrival_seq = next_arrival_seq_++;
   r->key = std::visit([&](const auto& p) { return p.Key(spec.priority, arrival_seq); }, policy_);
@@ -92,18 +101,26 @@ StepPlan Scheduler::Step() {
   const size_t max_seqs = (requests_.size() + depth - 1) / depth;
   auto full = [&] { return budget == 0 || plan.seqs.size() >= max_seqs; };
 
-  // 1. Running decodes: one token each, so that ongoing streams keep their pace.
+  // 1. Running decodes: one token each, so that ongoing streams keep their pace. Once a
+  // continuation finds no block, requests ranked below it are not continued either: they wait
+  // for their results, and the pool's shortage is met by preempting from the back as usual.
+  bool continuations_blocked = false;
   for (RequestId id : Snapshot(running_)) {
     if (full()) break;
     Request* r = Find(id);
     // Skip requests preempted or finished by an earlier iteration of this loop, and those
-    // whose previous step has not come back (unless overlap scheduling continues them).
-    if (r == nullptr || r->state != RequestState::kDecoding) continue;
+    // whose previous step has not come back, unless overlap scheduling continues them (that
+    // step is a decode or a prompt's last chunk).
+    if (r == nullptr) continue;
     if (r->in_flight) {
-      if (Continues(*r)) budget -= ScheduleContinuation(r, plan);
+      if (!continuations_blocked && Continues(*r)) {
+        const int32_t n = ScheduleContinuation(r, plan);
+        continuations_blocked = n == 0;
+        budget -= n;
+      }
       continue;
     }
-    budget -= ScheduleRunning(r, budget, plan);
+    if (r->state == RequestState::kDecoding) budget -= ScheduleRunning(r, budget, plan);
   }
   // 2. Running prefills: the next chunk of each, in queue order.
   for (RequestId id : Snapshot(running_)) {
@@ -215,9 +232,12 @@ int32_t Scheduler::ScheduleRunning(Request* r, int32_t budget, StepPlan& plan) {
 }
 
 bool Scheduler::Continues(const Request& r) const {
-  // The running step's token must not be the request's last by length: the row after it would
-  // be past max_tokens or max_model_len. (A stop token can still end it; that row is dropped.)
+  // Its outstanding step feeds every token it has (a decode, or a prompt's last chunk), so it
+  // samples the next. That token must not be the request's last by length: the row after it
+  // would be past max_tokens or max_model_len. (A stop token can still end it; that row is
+  // dropped.)
   return config_.overlap_decodes && r.num_in_flight_plans == 1 &&
+         r.num_computed_tokens + r.num_in_flight_tokens == r.num_tokens() &&
          r.num_output_tokens() + 1 < r.spec.max_tokens &&
          r.num_tokens() + 1 < config_.max_model_len;
 }
@@ -340,7 +360,6 @@ void Scheduler::AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, Step
   s.resumed = resumed;
   s.num_cached_tokens = (s.is_new || resumed) ? r->num_cached_tokens : 0;
   ++r->num_steps_scheduled;
-  r->scheduled_in_step = plan.step_id;
   r->in_flight = true;
   ++r->num_in_flight_plans;
   r->num_in_flight_tokens += num_new_tokens;
@@ -367,8 +386,8 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
   }
   // Validate before mutating: one token per live sampling entry, none for anything else.
   // Requests aborted or stopped since Step() are gone; tokens for them are dropped. (A live
-  // request of an outstanding plan is that plan's: ids are not reused while in flight, and
-  // requests in flight are never preempted.)
+  // request of an outstanding plan is that plan's: AddRequest refuses an id while it is in
+  // flight, and requests in flight are never preempted.)
   absl::flat_hash_set<RequestId> expected;
   for (const InFlight& f : step.entries) {
     const Request* r = Find(f.id);

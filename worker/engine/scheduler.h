@@ -16,8 +16,9 @@
 // outstanding plan are left out of new plans (their KV counts are not final yet) and are never
 // preemption victims, and each plan takes at most 1 / max_in_flight_steps of the live requests,
 // so consecutive plans split the batch between them. With config.overlap_decodes instead (two
-// plans), decoding requests of the outstanding plan go on in the next one with a placeholder
-// token (ScheduledSequence::continues), unless the outstanding token is their last by length.
+// plans), requests whose outstanding step samples (decodes, prompts' last chunks) go on in the
+// next plan with a placeholder token (ScheduledSequence::continues), unless the outstanding
+// token is their last by length.
 // Plans must be executed in order: an aborted (or stopped) request's blocks may be reused by
 // the next plan while its last one is still running.
 // Who ends a request: the engine decides kStop (EOS / stop ids / min_tokens / ignore_eos — it
@@ -67,7 +68,8 @@ class Scheduler {
                                                            const Clock* clock);
 
   // Queues a request. InvalidArgument for an empty prompt, max_tokens < 1 or a prompt that
-  // leaves no room to generate within max_model_len; AlreadyExists for a live id.
+  // leaves no room to generate within max_model_len; AlreadyExists for a live id, or one whose
+  // ended request still has a step in flight.
   absl::Status AddRequest(RequestSpec spec);
   // Ends the request in whatever state and frees its blocks now; reported as kAbort in the next
   // plan. NotFound if the id is unknown or already finished.
@@ -125,7 +127,7 @@ class Scheduler {
   // The worst running request in no outstanding plan (this one included).
   Request* PickVictim() const;
   void Preempt(Request* r, StepPlan& plan);
-  // Whether decoding request `r`, in flight, goes on in the plan being made (overlap_decodes).
+  // Whether request `r`, in flight, goes on in the plan being made (overlap_decodes).
   bool Continues(const Request& r) const;
   // Plans `r`'s next decode after its outstanding one, with a placeholder token. Returns 1, or
   // 0 when the pool is short.

@@ -62,10 +62,10 @@ struct SchedulerConfig {
   // so every stage has a step to work on (cf. vLLM's virtual engines).
   int32_t max_in_flight_steps = 1;
   // Overlap scheduling (docs/overlap-scheduling.md; needs max_in_flight_steps == 2): the next
-  // plan is made while the last one runs, and every decoding request of the running plan goes
-  // on in the next one with a placeholder (kPendingToken) for the token that plan samples for
-  // it, which the engine fills in on the device. Plans do not split the requests (a pipeline's
-  // depth does).
+  // plan is made while the last one runs, and every request the running plan samples for (a
+  // decode or a prompt's last chunk) goes on in the next one with a placeholder (kPendingToken)
+  // for that token, which the engine fills in before the launch. Plans do not split the
+  // requests (a pipeline's depth does).
   bool overlap_decodes = false;
 
   absl::Status Validate() const;

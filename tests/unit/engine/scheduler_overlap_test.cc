@@ -48,9 +48,6 @@ void StartDecoding(Scheduler& s, const std::vector<int32_t>& max_tokens) {
   }
   const StepPlan prefill = s.Step();
   ASSERT_EQ(prefill.seqs.size(), max_tokens.size());
-  // A prefill is not continued: nothing decodes yet, so the next plan has no work.
-  ASSERT_TRUE(s.CanStep());
-  EXPECT_FALSE(s.Step().HasWork());
   ASSERT_TRUE(s.OnStepResult(SampleAll(prefill, 11)).ok());
 }
 
@@ -61,6 +58,32 @@ TEST(SchedulerOverlap, ConfigNeedsTwoPlansInFlight) {
   EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
   c.max_in_flight_steps = 3;
   EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A prompt's last chunk samples: its first decode is planned while it runs; an earlier chunk
+// does not, and the request waits for it.
+TEST(SchedulerOverlap, APromptsLastChunkIsContinuedAndEarlierChunksAreNot) {
+  SchedulerConfig config = OverlapConfig();
+  config.max_num_batched_tokens = 8;
+  ManualClock clock;
+  auto s = MakeScheduler(config, &clock);
+  ASSERT_TRUE(s->AddRequest(Spec(1, Prompt(12, 1), 50)).ok());
+  const StepPlan first = s->Step();  // tokens 0..7 of 12: no sample
+  ASSERT_EQ(first.seqs.size(), 1u);
+  EXPECT_FALSE(first.seqs[0].samples);
+  EXPECT_FALSE(s->Step().HasWork());
+  ASSERT_TRUE(s->OnStepResult(SampleAll(first, 0)).ok());
+  const StepPlan last = s->Step();  // tokens 8..11: samples output 1
+  ASSERT_EQ(last.seqs.size(), 1u);
+  EXPECT_TRUE(last.seqs[0].samples);
+  const StepPlan decode = s->Step();
+  ASSERT_EQ(decode.seqs.size(), 1u);
+  EXPECT_TRUE(decode.seqs[0].continues);
+  EXPECT_EQ(decode.seqs[0].start_position, 12);
+  ASSERT_TRUE(s->OnStepResult(SampleAll(last, 11)).ok());
+  ASSERT_TRUE(s->OnStepResult(SampleAll(decode, 12)).ok());
+  EXPECT_EQ(Outputs(*s, 1), (std::vector<int32_t>{11, 12}));
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
 }
 
 TEST(SchedulerOverlap, DecodesContinueWithAPlaceholderAfterTheRunningPlan) {
@@ -142,6 +165,47 @@ TEST(SchedulerOverlap, TheLastTokenByLengthIsNeverContinued) {
   EXPECT_EQ(e.finished[0].reason, FinishReason::kLength);
   EXPECT_EQ(e.finished[0].num_output_tokens, 3);
   EXPECT_EQ(s->block_manager().NumSequences(), 0);
+}
+
+// The pool is short for the first request's continuation: the requests ranked below it are
+// not continued either, and once the results are back the back of the queue is preempted for
+// it, as without overlap.
+TEST(SchedulerOverlap, AContinuationShortOfBlocksStopsTheOnesBelowIt) {
+  SchedulerConfig config = OverlapConfig();
+  config.blocks.block_size = 4;
+  config.blocks.num_device_blocks = 3;
+  config.blocks.num_host_blocks = 0;
+  config.blocks.enable_prefix_caching = false;
+  ManualClock clock;
+  auto s = MakeScheduler(config, &clock);
+  ASSERT_TRUE(s->AddRequest(Spec(1, Prompt(3, 1), 50)).ok());
+  ASSERT_TRUE(s->AddRequest(Spec(2, Prompt(2, 2), 50)).ok());
+  ASSERT_TRUE(s->AddRequest(Spec(3, Prompt(2, 3), 50)).ok());
+  const StepPlan prefill = s->Step();  // one block each
+  ASSERT_EQ(prefill.seqs.size(), 3u);
+  ASSERT_TRUE(s->OnStepResult(SampleAll(prefill, 11)).ok());
+  const StepPlan b = s->Step();  // positions 3, 2, 2: no new block
+  ASSERT_EQ(b.seqs.size(), 3u);
+  // Request 1's next position (4) needs a block and none is free; 2 and 3 would not need one.
+  const StepPlan c = s->Step();
+  EXPECT_FALSE(c.HasWork());
+  ASSERT_TRUE(s->OnStepResult(SampleAll(b, 12)).ok());
+  const StepPlan d = s->Step();
+  EXPECT_EQ(d.preempted, std::vector<RequestId>{3});
+  ASSERT_NE(FindSeq(d, 1), nullptr);
+  EXPECT_FALSE(FindSeq(d, 1)->continues);
+  ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+}
+
+TEST(SchedulerOverlap, AnIdIsNotReusedWhileItsStepIsInFlight) {
+  ManualClock clock;
+  auto s = MakeScheduler(OverlapConfig(), &clock);
+  StartDecoding(*s, {50});
+  const StepPlan b = s->Step();
+  ASSERT_TRUE(s->AbortRequest(1).ok());
+  EXPECT_EQ(s->AddRequest(Spec(1, Prompt(5, 9), 50)).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s->OnStepResult(SampleAll(b, 12)).ok());
+  EXPECT_TRUE(s->AddRequest(Spec(1, Prompt(5, 9), 50)).ok());
 }
 
 TEST(SchedulerOverlap, AbortWhileBothPlansRunKeepsTheirResultsAcceptable) {

@@ -134,8 +134,8 @@ TEST_P(SoakTest, InvariantsHoldAndNothingLeaks) {
           // Overlap scheduling continues a decode of the last outstanding plan; nothing else
           // may be in two.
           const ScheduledSequence* before = testing::FindSeq(other, seq.request_id);
-          ASSERT_TRUE(before == nullptr ||
-                      (seq.continues && before->samples && &other == &outstanding.back()))
+          ASSERT_TRUE(before == nullptr || (seq.continues && before->samples &&
+                                            &other == testing::LastWithWork(outstanding)))
               << "request " << seq.request_id << " in two outstanding plans";
         }
       }
