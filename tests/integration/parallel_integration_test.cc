@@ -168,13 +168,15 @@ void ExpectLayoutsMatch(const std::string& arch, const std::string& tokenizer,
   }
 }
 
-// TP=4 replicates the tiny model's 2 KV heads; PP=3 splits 5 layers 2+2+1.
+// TP=4 replicates the tiny model's 2 KV heads; PP=3 splits 5 layers 2+2+1, PP=4 2+1+1+1. The
+// 4-rank layouts are issue 14's topologies, here on the CPU backend.
 TEST(Parallel, Qwen3LayoutsMatchSingleRank) {
-  ExpectLayoutsMatch("qwen3", "qwen3", {{2, 1}, {4, 1}, {1, 2}, {1, 3}, {2, 2}});
+  ExpectLayoutsMatch("qwen3", "qwen3", {{2, 1}, {4, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}});
 }
 
+// TP=4 splits the experts' intermediate columns over four ranks.
 TEST(Parallel, GptOssLayoutsMatchSingleRank) {
-  ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {1, 2}, {1, 3}, {2, 2}});
+  ExpectLayoutsMatch("gpt-oss", "gpt-oss", {{2, 1}, {4, 1}, {1, 2}, {1, 3}, {2, 2}});
 }
 
 // --window-kv-blocks (gpt-oss's sliding layers keep only their window's blocks, in storage shared
