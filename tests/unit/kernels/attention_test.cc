@@ -359,10 +359,10 @@ TEST_P(AttentionOpTest, PagedMixedBatchMatchesDenseReference) {
 // A decode step of 520 sequences (1,040 sequence x kv-head pairs: the CUDA decode kernel's
 // shallow-ring form, taken from 1,024 pairs) with contexts of 0 to 99 keys, tile-aligned and not,
 // in block sizes that keep a 16-key tile in one block (16; 32, where the tile may start mid-block)
-// or not (4).
+// or not (4); every seventh sequence feeds 2 to 4 new rows (up to the 16 tile rows at group 4).
 TEST_P(AttentionOpTest, PagedDecodeOfManySequencesMatchesDenseReference) {
   std::vector<SeqSpec> seqs;
-  for (int s = 0; s < 520; ++s) seqs.push_back({(s * 37) % 100, 1});
+  for (int s = 0; s < 520; ++s) seqs.push_back({(s * 37) % 100, s % 7 == 0 ? 2 + s % 3 : 1});
   std::mt19937 rng(53);
   for (int block_size : {4, 16, 32}) {
     for (int head_dim : {64, 128}) {
