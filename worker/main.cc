@@ -537,7 +537,6 @@ int Run(const WorkerFlags& f) {
   ec.graphs_with_pipeline = f.pp_cuda_graphs;
   ec.scheduler.max_in_flight_steps = f.overlap_scheduling ? 2 : MaxInFlightSteps(f);
   ec.scheduler.overlap_decodes = f.overlap_scheduling;
-  ec.overlap = f.overlap_scheduling;
   for (int64_t id : config.eos_token_ids) ec.eos_token_ids.push_back(static_cast<int32_t>(id));
   identity.eos_token_ids = ec.eos_token_ids;
   identity.kv_capacity_blocks = *num_blocks;

@@ -428,6 +428,12 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <bool kFp8, int kStages>
+cudaError_t LaunchForHeadDim(const PagedAttentionArgs& a, cudaStream_t stream) {
+  return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages>(a, stream)
+                          : LaunchDecode<128, kFp8, kStages>(a, stream);
+}
+
 }  // namespace
 
 bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads) {
@@ -449,15 +455,12 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
   }
   if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
   if (args.k_scale != nullptr) {  // FP8: a shallow ring (77 KB) would not fit a third CTA
-    return args.head_dim == 64 ? LaunchDecode<64, true, kDeepStages>(args, stream)
-                               : LaunchDecode<128, true, kDeepStages>(args, stream);
+    return LaunchForHeadDim<true, kDeepStages>(args, stream);
   }
   if (int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs) {
-    return args.head_dim == 64 ? LaunchDecode<64, false, kShallowStages>(args, stream)
-                               : LaunchDecode<128, false, kShallowStages>(args, stream);
+    return LaunchForHeadDim<false, kShallowStages>(args, stream);
   }
-  return args.head_dim == 64 ? LaunchDecode<64, false, kDeepStages>(args, stream)
-                             : LaunchDecode<128, false, kDeepStages>(args, stream);
+  return LaunchForHeadDim<false, kDeepStages>(args, stream);
 }
 
 }  // namespace xserv::kernels::cuda

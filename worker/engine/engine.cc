@@ -33,11 +33,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         "engine: max_num_batched_tokens ", config.scheduler.max_num_batched_tokens,
         " exceeds the model workspace of ", model->max_num_tokens(), " tokens"));
   }
-  if (config.overlap != config.scheduler.overlap_decodes) {
-    return absl::InvalidArgumentError(
-        "engine: overlap scheduling needs the scheduler's overlap_decodes, and only it");
-  }
-  if (config.overlap && (config.step_comm != nullptr || !model->is_first_stage() ||
+  if (config.scheduler.overlap_decodes && (config.step_comm != nullptr || !model->is_first_stage() ||
                          !model->is_last_stage() || model->tp_size() > 1)) {
     return absl::InvalidArgumentError(
         "engine: overlap scheduling runs on single-rank replicas only (no TP or PP)");

@@ -73,11 +73,10 @@ struct EngineConfig {
   // Decode graphs on pipeline stages whose hand-off is device to device (NCCL): each stage's
   // receive, layers and send are one graph. Every stage must run them, padded alike.
   bool graphs_with_pipeline = false;
-  // Overlap scheduling (docs/overlap-scheduling.md), single-rank replicas only, with
-  // scheduler.overlap_decodes: step N+1 is planned and prepared while step N runs on the device;
-  // once N's tokens are sampled they are put into N+1's continued rows on the host, N+1 is
-  // launched, and only then are N's results applied and streamed.
-  bool overlap = false;
+  // scheduler.overlap_decodes turns on overlap scheduling (docs/overlap-scheduling.md; single-
+  // rank replicas only): step N+1 is planned and prepared while step N runs on the device; once
+  // N's tokens are sampled they are put into N+1's continued rows on the host, N+1 is launched,
+  // and only then are N's results applied and streamed (RunOverlappedStep).
 };
 
 // A consistent snapshot for the Load RPC and metrics.
@@ -151,6 +150,9 @@ class Engine {
   // runs the oldest outstanding one unless another may still be planned first. True when it
   // did anything (planned or ran a batch, or delivered a finish).
   absl::StatusOr<bool> RunStep();
+  // The next plan, its finished requests delivered (`delivered`: there were some), prepared;
+  // nullopt when it has nothing to run.
+  std::optional<PendingStep> PlanStep(bool& delivered);
   PendingStep PrepareStep(StepPlan plan);
   // Runs `pending` on this rank, samples and hands the result to the scheduler and the sinks.
   absl::Status FinishStep(const PendingStep& pending);
@@ -162,13 +164,10 @@ class Engine {
   absl::Status ApplyResults(const PendingStep& pending,
                             const std::vector<kernels::SampleRowResult>& sampled,
                             const std::vector<int64_t>& draw_row);
-  // EngineConfig::overlap's step: samples the launched step, launches the next (planned
+  // Overlap scheduling's step: samples the launched step, launches the next (planned
   // meanwhile), then applies the sampled results.
   absl::StatusOr<bool> RunOverlappedStep();
-  // Its parts: the next plan, prepared (nullopt when it has nothing to run; `delivered`: it
-  // reported finished requests); and the launch of a prepared step, kept in launched_ to be
-  // sampled unless it only moves blocks.
-  std::optional<PendingStep> PlanOverlapped(bool& delivered);
+  // The launch of a prepared step, kept in launched_ to be sampled unless it only moves blocks.
   absl::Status LaunchOverlapped(PendingStep pending);
   // Sends `step` to the peer ranks (no-op without step_comm).
   absl::Status Publish(const DeviceStep& step);

@@ -28,23 +28,14 @@ std::vector<std::pair<int32_t, int32_t>> Pairs(const std::vector<BlockSwap>& mov
 }  // namespace
 
 absl::StatusOr<bool> Engine::RunStep() {
-  if (config_.overlap) return RunOverlappedStep();
+  if (config_.scheduler.overlap_decodes) return RunOverlappedStep();
   bool progressed = false;
   bool planned_work = false;
   if (scheduler_->CanStep()) {
-    StepPlan plan;
-    {
-      ScopedPhase timed(phases_, StepPhase::kSchedule);
-      plan = scheduler_->Step();
-      for (const FinishedRequest& f : plan.finished) DeliverFinished(f);
-    }
-    progressed = !plan.finished.empty();
-    ScopedPhase timed(phases_, StepPhase::kPrepare);
-    PendingStep pending = PrepareStep(std::move(plan));
-    if (pending.plan.HasWork() || pending.plan.HasBlockOps()) {
-      RETURN_IF_ERROR(Publish(pending.step));
-      planned_work = pending.plan.HasWork();
-      pending_.push_back(std::move(pending));
+    if (std::optional<PendingStep> pending = PlanStep(progressed)) {
+      RETURN_IF_ERROR(Publish(pending->step));
+      planned_work = pending->plan.HasWork();
+      pending_.push_back(std::move(*pending));
     }
   }
   // Keep the pipeline full: while another step may be outstanding, plan it before running the
@@ -105,7 +96,7 @@ absl::Status Engine::FinishStep(const PendingStep& pending) {
   return ApplyResults(pending, sampled, draw_row);
 }
 
-std::optional<Engine::PendingStep> Engine::PlanOverlapped(bool& delivered) {
+std::optional<Engine::PendingStep> Engine::PlanStep(bool& delivered) {
   StepPlan plan;
   {
     ScopedPhase timed(phases_, StepPhase::kSchedule);
@@ -133,7 +124,7 @@ absl::StatusOr<bool> Engine::RunOverlappedStep() {
   if (!launched_) {  // nothing on the device: plan and launch a step
     if (!scheduler_->CanStep()) return false;
     bool delivered = false;
-    std::optional<PendingStep> pending = PlanOverlapped(delivered);
+    std::optional<PendingStep> pending = PlanStep(delivered);
     if (!pending) return delivered;
     RETURN_IF_ERROR(LaunchOverlapped(std::move(*pending)));
     // What the last results decided goes out while the device runs this step.
@@ -145,7 +136,7 @@ absl::StatusOr<bool> Engine::RunOverlappedStep() {
   // those of the running step), and stream what is decided.
   bool delivered = false;
   std::optional<PendingStep> next;
-  if (scheduler_->CanStep()) next = PlanOverlapped(delivered);
+  if (scheduler_->CanStep()) next = PlanStep(delivered);
   {
     ScopedPhase timed(phases_, StepPhase::kStream);
     FlushOutbox();

@@ -76,13 +76,13 @@ struct Request {
   int32_t num_computed_tokens = 0;
   int32_t num_cached_tokens = 0;    // prefix-cache hit at the latest admission
   uint64_t num_steps_scheduled = 0;  // 0 until the engine has seen the request once
-  bool in_flight = false;            // in a plan whose result has not come back yet
-  // Overlap scheduling (SchedulerConfig::overlap_decodes): the plans it is in whose results have
-  // not come back (at most 2), and the tokens they feed.
+  // The plans it is in whose results have not come back (at most 1, or 2 with overlap
+  // scheduling: SchedulerConfig::overlap_decodes), and the tokens they feed.
   int32_t num_in_flight_plans = 0;
   int32_t num_in_flight_tokens = 0;
   int32_t num_preemptions = 0;
 
+  bool in_flight() const { return num_in_flight_plans > 0; }
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   std::span<const int32_t> output_tokens() const {

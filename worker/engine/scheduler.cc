@@ -112,7 +112,7 @@ StepPlan Scheduler::Step() {
     // whose previous step has not come back, unless overlap scheduling continues them (that
     // step is a decode or a prompt's last chunk).
     if (r == nullptr) continue;
-    if (r->in_flight) {
+    if (r->in_flight()) {
       if (!continuations_blocked && Continues(*r)) {
         const int32_t n = ScheduleContinuation(r, plan);
         continuations_blocked = n == 0;
@@ -126,7 +126,7 @@ StepPlan Scheduler::Step() {
   for (RequestId id : Snapshot(running_)) {
     if (full()) break;
     Request* r = Find(id);
-    if (r == nullptr || r->in_flight || r->state != RequestState::kPrefilling) continue;
+    if (r == nullptr || r->in_flight() || r->state != RequestState::kPrefilling) continue;
     budget -= ScheduleRunning(r, budget, plan);
   }
   // A step that preempted is out of blocks: bringing work back now would only thrash, and
@@ -307,7 +307,7 @@ int32_t Scheduler::ScheduleAdmission(Request* r, int32_t budget, StepPlan& plan)
 Request* Scheduler::PickVictim() const {
   // Requests of this plan are in flight too: AddToPlan marks them.
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if (!it->second->in_flight) return it->second;
+    if (!it->second->in_flight()) return it->second;
   }
   XSERV_CHECK(false && "no preemption candidate: the requester itself is always one");
   return nullptr;
@@ -360,7 +360,6 @@ void Scheduler::AddToPlan(Request* r, int32_t num_new_tokens, bool resumed, Step
   s.resumed = resumed;
   s.num_cached_tokens = (s.is_new || resumed) ? r->num_cached_tokens : 0;
   ++r->num_steps_scheduled;
-  r->in_flight = true;
   ++r->num_in_flight_plans;
   r->num_in_flight_tokens += num_new_tokens;
   plan.num_batched_tokens += num_new_tokens;
@@ -391,7 +390,7 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
   absl::flat_hash_set<RequestId> expected;
   for (const InFlight& f : step.entries) {
     const Request* r = Find(f.id);
-    if (f.samples && r != nullptr && r->in_flight) expected.insert(f.id);
+    if (f.samples && r != nullptr && r->in_flight()) expected.insert(f.id);
   }
   absl::flat_hash_set<RequestId> seen;
   for (const SampledToken& s : result.sampled) {
@@ -407,10 +406,10 @@ absl::Status Scheduler::OnStepResult(const StepResult& result) {
 
   for (const InFlight& f : step.entries) {
     Request* r = Find(f.id);
-    if (r == nullptr || !r->in_flight) continue;
+    if (r == nullptr || !r->in_flight()) continue;
     r->num_computed_tokens += f.num_new_tokens;
     r->num_in_flight_tokens -= f.num_new_tokens;
-    r->in_flight = --r->num_in_flight_plans > 0;
+    --r->num_in_flight_plans;
     blocks_.CommitComputed(f.id, r->tokens, r->num_computed_tokens);
     // Later steps (in flight or planned) query from num_computed_tokens on.
     blocks_.ReleaseOutsideWindow(f.id, r->num_computed_tokens);
@@ -541,11 +540,10 @@ absl::Status Scheduler::CheckInvariants() const {
     if (covered < r->num_computed_tokens + r->num_in_flight_tokens ||
         r->num_computed_tokens >= r->num_tokens() || r->num_in_flight_plans < 0 ||
         r->num_in_flight_plans > config_.max_in_flight_steps ||
-        r->in_flight != (r->num_in_flight_plans > 0) ||
         (r->num_in_flight_plans == 0) != (r->num_in_flight_tokens == 0)) {
       return absl::InternalError(absl::StrCat("running request ", id, " has bad counts"));
     }
-    if (!r->in_flight && r->state == S::kDecoding &&
+    if (!r->in_flight() && r->state == S::kDecoding &&
         r->num_computed_tokens + 1 != r->num_tokens()) {
       return absl::InternalError(absl::StrCat("decoding request ", id, " is behind"));
     }

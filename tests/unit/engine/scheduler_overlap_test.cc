@@ -14,8 +14,8 @@ using testing::FindSeq;
 using testing::MakeScheduler;
 using testing::Prompt;
 using testing::RoomyConfig;
+using testing::SampleAll;
 using testing::Spec;
-using testing::Token;
 
 std::vector<int32_t> Outputs(const Scheduler& s, RequestId id) {
   const std::span<const int32_t> out = s.OutputTokens(id);
@@ -27,17 +27,6 @@ SchedulerConfig OverlapConfig() {
   c.max_in_flight_steps = 2;
   c.overlap_decodes = true;
   return c;
-}
-
-// A token for every sampling row of `plan`; `stop` ends request `stop_id`.
-StepResult SampleAll(const StepPlan& plan, int32_t token, RequestId stop_id = 0) {
-  StepResult result{.step_id = plan.step_id};
-  for (const ScheduledSequence& s : plan.seqs) {
-    if (!s.samples) continue;
-    result.sampled.push_back(
-        {.request_id = s.request_id, .token_id = token, .stop = s.request_id == stop_id});
-  }
-  return result;
 }
 
 // Requests 1 .. max_tokens.size() (prompts of 5 tokens) prefilled, each with output token 11.

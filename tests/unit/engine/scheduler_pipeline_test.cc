@@ -20,21 +20,13 @@ using testing::MakeScheduler;
 using testing::Prompt;
 using testing::Reference;
 using testing::RoomyConfig;
+using testing::SampleAll;
 using testing::Spec;
 
 std::set<RequestId> Ids(const StepPlan& plan) {
   std::set<RequestId> ids;
   for (const ScheduledSequence& s : plan.seqs) ids.insert(s.request_id);
   return ids;
-}
-
-// What the fake model samples for every sampling entry of `plan`, given each sequence's tokens.
-StepResult SampleAll(const StepPlan& plan) {
-  StepResult result{.step_id = plan.step_id};
-  for (const ScheduledSequence& s : plan.seqs) {
-    if (s.samples) result.sampled.push_back(testing::Token(s.request_id, 7));
-  }
-  return result;
 }
 
 TEST(SchedulerPipeline, ConfigRefusesZeroAndHugeDepths) {

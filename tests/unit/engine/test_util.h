@@ -65,6 +65,17 @@ inline SampledToken Token(RequestId id, int32_t token_id) {
   return {.request_id = id, .token_id = token_id, .stop = false};
 }
 
+// Token `token` for every sampling entry of `plan`; it ends request `stop_id` (0: none).
+inline StepResult SampleAll(const StepPlan& plan, int32_t token = 7, RequestId stop_id = 0) {
+  StepResult result{.step_id = plan.step_id};
+  for (const ScheduledSequence& s : plan.seqs) {
+    if (!s.samples) continue;
+    result.sampled.push_back(
+        {.request_id = s.request_id, .token_id = token, .stop = s.request_id == stop_id});
+  }
+  return result;
+}
+
 // Everything a plan says, as text, to compare runs.
 inline std::string Digest(const StepPlan& plan) {
   std::string out;
