@@ -49,7 +49,9 @@ constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fr
 // 12.85 deep vs 12.40 shallow. The switch sits between them: the step's (sequence, kv head)
 // pairs, prefill sequences included, >= 1024. At head_dim 64 (gpt-oss; 3 deep CTAs fit already)
 // the switch was not measured on its own: gpt-oss b=256 ran 12.84 -> 12.30 ms with all of the
-// session's changes together.
+// session's changes together. The FP8 cache switches at the same count: Qwen3-8B FP8 W8A8 + FP8
+// KV, b=256 11.90-11.95 -> 10.76-10.77 ms, b=64 (512 pairs: deep, unpadded rows) 5.88 -> 5.93
+// (session 16).
 constexpr int kDeepStages = 3;
 constexpr int kShallowStages = 2;
 constexpr int kShallowMinPairs = 1024;
@@ -62,7 +64,9 @@ struct Layout {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
   static constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
-  static constexpr int kCodeLd = kDim + 16;      // bytes of a code row (16-byte aligned rows)
+  // Code rows unpadded (a warp's 16-byte copies and its conversion reads are contiguous either
+  // way), so a 2-deep FP8 ring (73 KB at head_dim 128) fits 3 CTAs per SM.
+  static constexpr int kCodeLd = kDim;  // bytes of a code row (16-byte aligned rows)
   static constexpr int kRowBytes = kFp8 ? kCodeLd : kLd * 2;  // a key row in a stage
   static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
@@ -454,7 +458,12 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
     return cudaErrorInvalidValue;
   }
   if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
-  if (args.k_scale != nullptr) {  // FP8: a shallow ring (77 KB) would not fit a third CTA
+  const bool shallow = int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs;
+  if (args.k_scale != nullptr) {
+    if (shallow) {
+      return args.head_dim == 64 ? LaunchDecode<64, true, kShallowStages>(args, stream)
+                                 : LaunchDecode<128, true, kShallowStages>(args, stream);
+    }
     return LaunchForHeadDim<true, kDeepStages>(args, stream);
   }
   if (int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs) {

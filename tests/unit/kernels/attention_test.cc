@@ -367,11 +367,14 @@ TEST_P(AttentionOpTest, PagedDecodeOfManySequencesMatchesDenseReference) {
   for (int block_size : {4, 16, 32}) {
     for (int head_dim : {64, 128}) {
       for (int window : {0, 8}) {
-        const AttentionCase c{block_size, /*group=*/4, head_dim, window, /*sinks=*/window > 0};
-        SCOPED_TRACE(::testing::Message() << "block_size " << block_size << " head_dim "
-                                          << head_dim << " window " << window);
-        RunMixedStep(*this, c, rng, seqs);
-        if (HasFailure()) return;
+        for (bool fp8 : {false, true}) {
+          const AttentionCase c{block_size, /*group=*/4, head_dim, window,
+                                /*sinks=*/window > 0, fp8};
+          SCOPED_TRACE(::testing::Message() << "block_size " << block_size << " head_dim "
+                                            << head_dim << " window " << window << " fp8 " << fp8);
+          RunMixedStep(*this, c, rng, seqs);
+          if (HasFailure()) return;
+        }
       }
     }
   }
