@@ -32,6 +32,18 @@ absl::Status Backend::MatmulSiluMul(const Tensor& x, const Tensor& w, const Tens
   return SiluMul(gate_up.SliceLast(0, inter), gate_up.SliceLast(inter, 2 * inter), act);
 }
 
+absl::Status Backend::AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w,
+                                       const Tensor* bias, const Tensor& out) {
+  if ((w.dense == nullptr) == (w.fp8 == nullptr)) {
+    return absl::InvalidArgumentError(
+        "AddRmsNormMatmul: give exactly one of a dense and an FP8 weight");
+  }
+  RETURN_IF_ERROR(Add(norm.residual, norm.x, norm.residual_out));
+  RETURN_IF_ERROR(RmsNorm(norm.residual_out, norm.weight, norm.eps, norm.normed));
+  return w.dense != nullptr ? Matmul(norm.normed, *w.dense, bias, out)
+                            : MatmulFp8(norm.normed, *w.fp8, bias, out);
+}
+
 absl::Status Backend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                         const ExpertWeights& experts, const GluParams& glu,
                                         const Tensor& out, const Tensor& residual,

@@ -103,6 +103,22 @@ struct Fp8Weight {
   int64_t block = 128;
 };
 
+// A block's pre-norm ahead of its first projection (Backend::AddRmsNormMatmul).
+struct PreNorm {
+  Tensor x;             // [R, H]: the previous block's output
+  Tensor residual;      // [R, H]: the residual stream before it (only read)
+  Tensor residual_out;  // [R, H]: gets residual + x; overlaps neither residual nor x
+  Tensor weight;        // [H]
+  float eps = 1e-6f;
+  Tensor normed;        // [R, H]: gets RmsNorm(residual_out) * weight, the projection's input
+};
+
+// A matmul's weight: [N, K] of the compute dtype, or FP8 codes with block scales (one of them).
+struct MatmulWeight {
+  const Tensor* dense = nullptr;
+  const Fp8Weight* fp8 = nullptr;
+};
+
 // gpt-oss clamped GLU: g = min(gate, limit); u = clamp(up, -limit, limit);
 // out = (u + 1) * g * sigmoid(alpha * g).
 struct GluParams {
@@ -163,6 +179,16 @@ class Backend {
   // w dequantised as Fp8Weight says. Same x / out / bias rules as Matmul.
   virtual absl::Status MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
                                  const Tensor& out) = 0;
+  // A block's pre-norm and its first projection: residual_out = residual + x, normed =
+  // RmsNorm(residual_out) * weight (as AddRmsNorm, but with the sum in residual_out), then out =
+  // normed · w^T (+ bias) by Matmul or MatmulFp8, bit for bit. The default runs Add, RmsNorm and
+  // the matmul; a backend may fuse them (CUDA: the decode GEMV normalises in its prologue).
+  virtual absl::Status AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w,
+                                        const Tensor* bias, const Tensor& out);
+  // Whether AddRmsNormMatmul costs less than AddRmsNorm and then the matmul (CUDA with
+  // --fuse-norm-gemv). The models then hand each block's pre-norm to its first projection, and
+  // the residual stream alternates between two buffers.
+  virtual bool FusesNormIntoMatmul() const { return false; }
   // out[L, H] = x[idx[l], :]; idx i32 [L].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) = 0;
 

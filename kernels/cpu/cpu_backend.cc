@@ -14,7 +14,8 @@
 
 namespace xserv::kernels::cpu {
 
-CpuBackend::CpuBackend(const CpuBackendOptions& options) : pool_(options.num_threads) {
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : pool_(options.num_threads), fuse_norm_matmul_(options.fuse_norm_matmul) {
   openblas_set_num_threads(options.num_threads);
 }
 

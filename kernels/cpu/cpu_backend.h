@@ -16,6 +16,9 @@ namespace xserv::kernels::cpu {
 
 struct CpuBackendOptions {
   int num_threads = 1;  // pool threads for non-GEMM ops (and OpenBLAS, set process-wide)
+  // FusesNormIntoMatmul: the models take the fused pre-norm path (here AddRmsNormMatmul's
+  // default ops), so that CPU tests cover it. Same results.
+  bool fuse_norm_matmul = false;
 };
 
 class CpuBackend final : public Backend {
@@ -25,6 +28,7 @@ class CpuBackend final : public Backend {
   DeviceType device() const override { return DeviceType::kCpu; }
   std::string name() const override { return "cpu"; }
   DType compute_dtype() const override { return DType::kF32; }
+  bool FusesNormIntoMatmul() const override { return fuse_norm_matmul_; }
 
   absl::StatusOr<Buffer> Allocate(DType dtype, std::span<const int64_t> shape) override;
   using Backend::Allocate;
@@ -75,6 +79,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  bool fuse_norm_matmul_ = false;
 };
 
 }  // namespace xserv::kernels::cpu

@@ -64,6 +64,11 @@ struct CudaBackendOptions {
   // Hidden sizes of whole 16-byte vectors above 512 (RmsNormTakesCombine); others, and dense
   // experts, run the two ops.
   bool fuse_moe_norm = false;
+  // AddRmsNormMatmul of decode rows on the GEMV (the single-row bf16 one, and the CUDA-core FP8
+  // one) as one kernel whose CTAs each compute the norm while staging x (gemv.h, GemvNorm),
+  // bit-identical to the norm kernel and then the GEMV; the models then pass each block's
+  // pre-norm to its first projection (Backend::FusesNormIntoMatmul).
+  bool fuse_norm_gemv = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
@@ -117,6 +122,9 @@ class CudaBackend final : public Backend {
                       const Tensor& out) override;
   absl::Status MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
                          const Tensor& out) override;
+  absl::Status AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w, const Tensor* bias,
+                                const Tensor& out) override;
+  bool FusesNormIntoMatmul() const override { return options_.fuse_norm_gemv; }
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
@@ -182,6 +190,9 @@ class CudaBackend final : public Backend {
   // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
+  // The CUDA-core GEMV's arguments for MatmulFp8 of `call`'s rows, when MatmulFp8 takes that
+  // kernel for them (not the tensor-core GEMV, W8A8 or the decoded weight).
+  std::optional<GemvArgs> Fp8CudaCoreGemv(const GemmCall& call, const Fp8Weight& w) const;
   // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape.
   absl::Status MatmulW8A8(const GemmCall& call, const Fp8Weight& w);
   // check_each_op: the CPU backend's host-side checks of the step's attention metadata.

@@ -12,6 +12,10 @@
 //
 // PDL (GemvArgs::pdl, pdl.cuh): the weights are constants, so a warp issues its first batch of
 // weight loads before waiting for the kernel that produced x (and lets the next kernel launch).
+//
+// Norm prologue (GemvArgs::norm): instead of copying x, every CTA stages RmsNorm(residual + x) *
+// weight, computed as the norm kernel computes it (rms_norm_vec.cuh): one kernel fewer ahead of
+// each block's first projection, for a CTA barrier and a reduction that every CTA repeats.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -22,7 +26,10 @@
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/gemv_io.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/norm.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rms_norm_vec.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -47,14 +54,59 @@ __device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
   }
 }
 
+// GemvNorm: s_x gets each row's RmsNorm(residual + x) * weight (the weight copied to s_w by
+// cp.async before the PDL wait: each thread waits for its own copies, the vectors it uses); CTA 0
+// stores the sums and the normalised rows. Thread t takes vectors t, t + kThreads, ... and the
+// sums of squares reduce by CtaSum over the CTA's warps, as in RmsNormVecKernel: the same bits.
+// One vector at a time, so the prologue adds few registers to the streaming loop's.
+template <int kRows>
+__device__ __forceinline__ void StageNormedX(const GemvArgs& a, const uint4* s_w, uint4* s_x) {
+  __shared__ float scratch[kWarps];
+  const GemvNorm& n = a.norm;
+  const int chunks = a.k / kChunk;
+  const bool store = blockIdx.x == 0;
+  const auto row = [](const void* base, int64_t ld, int r) {
+    return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(base) + r * ld);
+  };
+  float sum_sq[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint4* x = row(a.x, a.ldx, r);
+    const uint4* res = row(n.residual, n.ld_residual, r);
+    uint4* res_out = const_cast<uint4*>(row(n.residual_out, n.ld_residual_out, r));
+    sum_sq[r] = 0.0f;
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      float v[kChunk];
+      const uint4 stored = AddResidualBf16x8(x[c], res[c], v);
+      s_x[r * chunks + c] = stored;
+      if (store) res_out[c] = stored;
+      sum_sq[r] = AddSquares8(v, sum_sq[r]);
+    }
+  }
+  CpAsyncWait<0>();
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float inv = RmsInv(CtaSum<kWarps>(sum_sq[r], scratch), a.k, n.eps);
+    uint4* normed = const_cast<uint4*>(row(n.normed, n.ld_normed, r));
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      float v[kChunk];
+      UnpackBf16x8(s_x[r * chunks + c], v);  // this thread's own vector: no barrier needed
+      const uint4 out = RmsScaleBf16x8(s_w[c], v, inv);
+      s_x[r * chunks + c] = out;
+      if (store) normed[c] = out;
+    }
+  }
+}
+
 // kFp8: the weights are E4M3 codes with block scales (16 per 16-byte load); each load's partial
 // dot product is scaled by its block's scale in fp32 before it joins the sum.
 // kGlu (GemvArgs::glu): a group is one output column n0 < n / 2, made of the weight rows n0
-// (gate) and n0 + n / 2 (up); kCols is 2.
-template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu>
+// (gate) and n0 + n / 2 (up); kCols is 2. kNorm: GemvArgs::norm's prologue.
+template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu, bool kNorm>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
   static_assert(!kGlu || (kRows == 1 && kCols == 2 && !kFp8), "GLU: one bf16 row, a row pair");
-  extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16
+  static_assert(!(kGlu && kNorm), "no norm prologue with the GLU epilogue");
+  extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16 (kNorm: + [k / 8])
   constexpr int kPerLoad = kFp8 ? 16 : kChunk;  // weights per 16-byte load
   constexpr int kGroupCols = kGlu ? 1 : kCols;  // output columns per group
   const int chunks = a.k / kPerLoad;
@@ -97,12 +149,24 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
   const auto bias_of = [&](int n0, int j) {
     return !kFp8 && n0 == first_n0 ? first_bias[j] : GemvBias(a, row_of(n0, j));
   };
-  PdlBegin();  // x (and out) belong to the stream's earlier kernels
-
   const int x_chunks = a.k / kChunk;
-  for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {
-    const int r = i / x_chunks, c = i % x_chunks;
-    s_x[i] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
+  uint4* s_w = s_x + kRows * x_chunks;  // kNorm: the norm's weight [k / 8] after x
+  if constexpr (kNorm) {  // a constant too
+    for (int c = threadIdx.x; c < x_chunks; c += kThreads) {
+      CpAsync16(s_w + c, static_cast<const uint4*>(a.norm.weight) + c, 16);
+    }
+    CpAsyncCommit();
+  }
+  PdlBegin();  // x (and out, and the norm's residual) belong to the stream's earlier kernels
+
+  if constexpr (kNorm) {
+    StageNormedX<kRows>(a, s_w, s_x);
+  } else {
+    for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {
+      const int r = i / x_chunks, c = i % x_chunks;
+      s_x[i] =
+          reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx)[c];
+    }
   }
   __syncthreads();
 
@@ -215,10 +279,10 @@ cudaError_t ResidentPerSm(size_t smem, int* per_sm) {
   return err;
 }
 
-template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu>
+template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu, bool kNorm = false>
 cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kGlu>;
-  const size_t smem = static_cast<size_t>(kRows) * a.k * 2;
+  constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kGlu, kNorm>;
+  const size_t smem = static_cast<size_t>(kRows + (kNorm ? 1 : 0)) * a.k * 2;
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kGemvMaxSharedBytes);
       err != cudaSuccess) {
     return err;
@@ -260,9 +324,15 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   // loads in flight (more loads per lane cost occupancy), FP8 rows and several bf16 rows with
   // two columns per warp (x's shared-memory reads and the conversions are shared by both).
   // A GLU output column reads two rows (2x4 measured ahead of 2x2).
-  const bool one_column = kRows == 1 && !kFp8 && !kGlu;
-  const int cols = a.tile_cols != 0 ? a.tile_cols : (one_column ? 1 : 2);
+  constexpr bool kOneColumn = kRows == 1 && !kFp8 && !kGlu;
+  const int cols = a.tile_cols != 0 ? a.tile_cols : (kOneColumn ? 1 : 2);
   const int unroll = a.tile_unroll != 0 ? a.tile_unroll : 4;
+  if constexpr (!kGlu) {
+    if (a.norm.residual != nullptr) {  // the default tile only: fewer kernels to build
+      if (cols != (kOneColumn ? 1 : 2) || unroll != 4) return cudaErrorInvalidValue;
+      return LaunchWith<kRows, kOneColumn ? 1 : 2, 4, kFp8, false, true>(a, stream);
+    }
+  }
   return LaunchTile<kRows, kFp8, kGlu>(a, cols, unroll, stream);
 }
 
@@ -289,8 +359,18 @@ bool GemvSupports(const GemvArgs& a) {
                       (a.k % 16 == 0 && a.block >= 16 && a.block % 16 == 0 && a.ldw % 16 == 0);
   const bool glu_ok = !a.glu || (a.m == 1 && a.scales == nullptr && a.n % 2 == 0 &&
                                  a.out_type == ElemType::kBF16);
+  const GemvNorm& norm = a.norm;
+  const bool norm_ok =
+      norm.residual == nullptr ||
+      (!a.glu && RmsNormTakesVectors(a.k) &&
+       (a.m + int64_t{1}) * a.k * 2 <= kGemvMaxSharedBytes && norm.weight != nullptr &&
+       norm.residual_out != nullptr && norm.normed != nullptr && aligned(norm.weight) &&
+       aligned(norm.residual) && aligned(norm.residual_out) && aligned(norm.normed) &&
+       norm.ld_residual % kChunk == 0 && norm.ld_residual_out % kChunk == 0 &&
+       norm.ld_normed % kChunk == 0);
   // n bounded well inside int: the grid-stride loop adds a stride to a column index.
-  return fp8_ok && glu_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.n <= (1 << 30) &&
+  return fp8_ok && glu_ok && norm_ok && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 &&
+         a.n <= (1 << 30) &&
          a.k >= kChunk && a.k % kChunk == 0 &&
          a.ldx % kChunk == 0 && a.ldw % kChunk == 0 && aligned(a.x) && aligned(a.w) &&
          static_cast<int64_t>(a.m) * a.k * 2 <= kGemvMaxSharedBytes && GemvIoTypesSupported(a);

@@ -17,6 +17,22 @@ inline constexpr int64_t kGemvMaxRows = 8;
 inline constexpr int64_t kGemvSmallWeightBytes = 1 << 20;
 // x is staged in shared memory as bf16: m * k * 2 bytes must fit.
 inline constexpr int64_t kGemvMaxSharedBytes = 96 * 1024;
+// An add + RMSNorm ahead of the GEMV (Backend::AddRmsNormMatmul): GemvArgs::x holds the previous
+// block's output, and every CTA stages normed = RmsNorm(residual + x) * weight as its x, with the
+// steps and order of the norm kernel's (rms_norm_vec.cuh), so the bits equal AddRmsNorm then the
+// GEMV. CTA 0 also stores the sum to residual_out and the normalised rows to normed. bf16, rows
+// the norm kernel takes as vectors (norm.h: RmsNormTakesVectors); the weight takes another
+// k * 2 bytes of shared memory; residual_out must not overlap residual or x.
+struct GemvNorm {
+  const void* residual = nullptr;  // null: no norm
+  int64_t ld_residual = 0;
+  void* residual_out = nullptr;
+  int64_t ld_residual_out = 0;
+  void* normed = nullptr;
+  int64_t ld_normed = 0;
+  const void* weight = nullptr;  // [k]
+  float eps = 1e-6f;
+};
 
 struct GemvArgs {
   const void* x = nullptr;  // bf16 [m, k], row stride ldx
@@ -40,6 +56,7 @@ struct GemvArgs {
   // combined and rounded as the SiluMul kernel does: the GEMV then SiluMul bit for bit, one
   // kernel and no gate_up round trip. m = 1, bf16 weights and output; one warp reads both rows.
   bool glu = false;
+  GemvNorm norm;  // not with glu
   // Launch with programmatic dependent launch (pdl.cuh): the first weight loads overlap the
   // previous kernel.
   bool pdl = false;

@@ -5,11 +5,13 @@
 // models) take one warp each, 8 rows per 256-thread CTA; long rows (hidden sizes) take a whole
 // 256-thread CTA. Each thread owns the columns c = lane_in_row + k * threads_per_row, in both
 // passes, which is what makes out aliasing x or residual safe: a thread only rewrites elements it
-// has already read itself. Statistics are fp32 sums combined in a fixed order (deterministic).
+// has already read itself (with a residual_out the sum goes there and residual is only read).
+// Statistics are fp32 sums combined in a fixed order (deterministic).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_combine.cuh"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rms_norm_vec.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -41,7 +43,10 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant_
   if (slot.row >= a.x.rows) return;
   const int64_t cols = a.x.cols;
   const bf16* x = RowPtr<const bf16>(a.x, slot.row);
-  bf16* res = a.residual.data != nullptr ? RowPtr<bf16>(a.residual, slot.row) : nullptr;
+  const bf16* res =
+      a.residual.data != nullptr ? RowPtr<const bf16>(a.residual, slot.row) : nullptr;
+  bf16* res_out = a.residual_out.data != nullptr ? RowPtr<bf16>(a.residual_out, slot.row)
+                                                 : const_cast<bf16*>(res);
   bf16* out = RowPtr<bf16>(a.out, slot.row);
   const bf16* w = static_cast<const bf16*>(a.weight);
 
@@ -50,7 +55,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant_
     float v = ToFloat(x[c]);
     if (res != nullptr) {
       const bf16 stored = FromFloat<bf16>(v + ToFloat(res[c]));
-      res[c] = stored;
+      res_out[c] = stored;
       v = ToFloat(stored);  // normalise exactly what the residual stream now holds
     }
     sum_sq += v * v;
@@ -58,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant_
   sum_sq = CtaSum<kWarpsPerRow>(sum_sq, scratch);
   const float inv = RmsInv(sum_sq, cols, a.eps);
   for (int64_t c = slot.lane_in_row; c < cols; c += kThreadsPerRow) {
-    const float v = ToFloat(res != nullptr ? res[c] : x[c]);
+    const float v = ToFloat(res != nullptr ? res_out[c] : x[c]);
     out[c] = FromFloat<bf16>(ToFloat(w[c]) * (v * inv));
   }
 }
@@ -119,9 +124,12 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   const uint4* x = reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.x, row));
   const bool combine_bad = kCombine && CombineHasBadId(a.combine, row);
-  uint4* res = a.residual.data != nullptr
-                   ? reinterpret_cast<uint4*>(RowPtr<bf16>(a.residual, row))
-                   : nullptr;
+  const uint4* res = a.residual.data != nullptr
+                         ? reinterpret_cast<const uint4*>(RowPtr<const bf16>(a.residual, row))
+                         : nullptr;
+  uint4* res_out = a.residual_out.data != nullptr
+                       ? reinterpret_cast<uint4*>(RowPtr<bf16>(a.residual_out, row))
+                       : const_cast<uint4*>(res);
   uint4* out = reinterpret_cast<uint4*>(RowPtr<bf16>(a.out, row));
   float v[kVecs][kVecElems];
   float sum_sq = 0.0f;
@@ -129,25 +137,22 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   for (int i = 0; i < kVecs; ++i) {
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
+    uint4 xv;
     if constexpr (kCombine) {
       const float4 lo = CombineFloat4(a.combine, row, a.x.cols, int64_t{c} * kVecElems);
       const float4 hi = CombineFloat4(a.combine, row, a.x.cols, int64_t{c} * kVecElems + 4);
       const float sum[kVecElems] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      UnpackBf16x8(combine_bad ? NaNBf16x8() : PackBf16x8(sum), v[i]);
+      xv = combine_bad ? NaNBf16x8() : PackBf16x8(sum);
     } else {
-      UnpackBf16x8(x[c], v[i]);
+      xv = x[c];
     }
     if (res != nullptr) {
-      float r[kVecElems];
-      UnpackBf16x8(res[c], r);
-#pragma unroll
-      for (int e = 0; e < kVecElems; ++e) r[e] += v[i][e];
-      const uint4 stored = PackBf16x8(r);
-      res[c] = stored;
-      UnpackBf16x8(stored, v[i]);  // normalise exactly what the residual stream now holds
+      // Normalise exactly what the residual stream now holds.
+      res_out[c] = AddResidualBf16x8(xv, res[c], v[i]);
+    } else {
+      UnpackBf16x8(xv, v[i]);
     }
-#pragma unroll
-    for (int e = 0; e < kVecElems; ++e) sum_sq += v[i][e] * v[i][e];
+    sum_sq = AddSquares8(v[i], sum_sq);
   }
   sum_sq = CtaSum<kThreads / kWarpSize>(sum_sq, scratch);
   const float inv = RmsInv(sum_sq, a.x.cols, a.eps);
@@ -155,11 +160,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   for (int i = 0; i < kVecs; ++i) {
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
-    float wf[kVecElems];
-    UnpackBf16x8(kWeightFirst ? wv[i] : w[c], wf);
-#pragma unroll
-    for (int e = 0; e < kVecElems; ++e) wf[e] *= v[i][e] * inv;
-    out[c] = PackBf16x8(wf);
+    out[c] = RmsScaleBf16x8(kWeightFirst ? wv[i] : w[c], v[i], inv);
   }
 }
 
@@ -167,10 +168,8 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
 // Vectors per thread for the register-resident kernel, or 0 when the row does not qualify.
 int VecsPerThread(const NormArgs& a) {
   const int64_t cols = a.x.cols;
-  if (cols <= kShortRowCols || cols % kVecElems != 0 || cols > 8LL * kThreads * kVecElems) {
-    return 0;
-  }
-  for (const RowsView* v : {&a.x, &a.residual, &a.out}) {
+  if (!RmsNormTakesVectors(cols)) return 0;
+  for (const RowsView* v : {&a.x, &a.residual, &a.residual_out, &a.out}) {
     if (v->data != nullptr && (!Aligned16(v->data) || v->stride % kVecElems != 0)) return 0;
   }
   if (!Aligned16(a.weight)) return 0;
@@ -184,6 +183,10 @@ int VecsPerThread(const NormArgs& a) {
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
+
+bool RmsNormTakesVectors(int64_t cols) {
+  return cols > kShortRowCols && cols % kVecElems == 0 && cols <= 8LL * kThreads * kVecElems;
+}
 
 bool RmsNormTakesCombine(const NormArgs& args) {
   return args.residual.data != nullptr && VecsPerThread(args) > 0;

@@ -11,6 +11,9 @@ namespace xserv::kernels::cuda {
 struct NormArgs {
   RowsView x;            // bf16 [rows, cols]; with `combine`, only its rows and cols are used
   RowsView residual;     // bf16 [rows, cols], data == nullptr: no residual add
+  // bf16 [rows, cols] that gets residual + x instead of residual itself (data == nullptr: in
+  // place); must not overlap residual.
+  RowsView residual_out;
   RowsView out;          // bf16 [rows, cols]; may alias x (or residual)
   const void* weight = nullptr;  // bf16 [cols]
   const void* bias = nullptr;    // bf16 [cols], LayerNorm only
@@ -25,7 +28,13 @@ struct NormArgs {
 // vectors, 512 < cols <= 16384 (the register-resident kernel), aligned residual, out and weight.
 bool RmsNormTakesCombine(const NormArgs& args);
 
-// RMSNorm; with a residual, residual += x first (stored in bf16) and the norm is of the stored sum.
+// Whether RmsNorm rows of `cols` take the vector kernel (whole 16-byte vectors, 512 < cols <=
+// 16384, given 16-byte aligned rows and weight), whose steps the GEMV's norm prologue repeats
+// (rms_norm_vec.cuh): the rows the two compute alike.
+bool RmsNormTakesVectors(int64_t cols);
+
+// RMSNorm; with a residual, residual += x first (stored in bf16, in residual_out if given) and the
+// norm is of the stored sum.
 cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream);
 // LayerNorm with weight and bias (residual must be empty).
 cudaError_t LaunchLayerNorm(const NormArgs& args, cudaStream_t stream);

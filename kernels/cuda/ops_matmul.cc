@@ -13,6 +13,7 @@
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/norm.h"
 #include "kernels/cuda/op_util.h"
 #include "spdlog/spdlog.h"
 
@@ -81,7 +82,48 @@ absl::Status CheckDenseMatmul(const char* op, const Tensor& x, const Tensor& w, 
   return absl::OkStatus();
 }
 
+// MatmulFp8 of rows this few may stream the FP8 weights through a GEMV.
+bool Fp8DecodeRows(const CudaBackendOptions& options, const GemmCall& call) {
+  return !options.batch_invariant && call.m <= kGemvMaxRows && call.n <= INT32_MAX &&
+         call.k <= INT32_MAX;
+}
+
+GemvArgs Fp8GemvArgs(const GemmCall& call, const Fp8Weight& w, bool pdl) {
+  return GemvArgs{.x = call.x,
+                  .ldx = call.ldx,
+                  .w = w.codes.data,
+                  .ldw = call.k,
+                  .out = call.out,
+                  .ldo = call.ldo,
+                  .out_type = call.out_type,
+                  .bias = call.bias,
+                  .bias_type = call.bias_type,
+                  .m = static_cast<int>(call.m),
+                  .n = static_cast<int>(call.n),
+                  .k = static_cast<int>(call.k),
+                  .scales = w.scales.as<float>(),
+                  .scale_cols = w.scales.dim(1),
+                  .block = static_cast<int>(w.block),
+                  .pdl = pdl};
+}
+
+// The tensor-core FP8 GEMV from kFp8MmaGemvMinRows rows, and wherever x is too large for the
+// CUDA-core GEMV's shared memory (rather than decoding the whole weight).
+bool TakesFp8MmaGemv(const CudaBackendOptions& options, const GemvArgs& gemv, bool cuda_cores) {
+  return options.fp8_gemv_mma && (gemv.m >= kFp8MmaGemvMinRows || !cuda_cores) &&
+         Fp8MmaGemvSupports(gemv);
+}
+
 }  // namespace
+
+std::optional<GemvArgs> CudaBackend::Fp8CudaCoreGemv(const GemmCall& call,
+                                                     const Fp8Weight& w) const {
+  if (!Fp8DecodeRows(options_, call)) return std::nullopt;
+  const GemvArgs gemv = Fp8GemvArgs(call, w, options_.pdl);
+  const bool cuda_cores = GemvSupports(gemv);
+  if (!cuda_cores || TakesFp8MmaGemv(options_, gemv, cuda_cores)) return std::nullopt;
+  return gemv;
+}
 
 absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                                  const Tensor& out) {
@@ -131,33 +173,14 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   // CudaBackendOptions::gemv says (that option weighs the bf16 GEMV against cuBLASLt; here the
   // alternative is decoding the whole weight). Not in the batch-invariant mode, whose rows must
   // not depend on the batch size that picks a kernel.
-  if (!options_.batch_invariant && call.m <= kGemvMaxRows && n <= INT32_MAX && k <= INT32_MAX) {
-    const GemvArgs gemv{.x = call.x,
-                        .ldx = call.ldx,
-                        .w = w.codes.data,
-                        .ldw = k,
-                        .out = call.out,
-                        .ldo = call.ldo,
-                        .out_type = call.out_type,
-                        .bias = call.bias,
-                        .bias_type = call.bias_type,
-                        .m = static_cast<int>(call.m),
-                        .n = static_cast<int>(n),
-                        .k = static_cast<int>(k),
-                        .scales = w.scales.as<float>(),
-                        .scale_cols = w.scales.dim(1),
-                        .block = static_cast<int>(w.block),
-                        .pdl = options_.pdl};
-    const bool cuda_cores = GemvSupports(gemv);
-    // The tensor-core form from kFp8MmaGemvMinRows rows, and wherever x is too large for the
-    // CUDA-core GEMV's shared memory (rather than decoding the whole weight).
-    if (options_.fp8_gemv_mma && (call.m >= kFp8MmaGemvMinRows || !cuda_cores) &&
-        Fp8MmaGemvSupports(gemv)) {
+  if (const std::optional<GemvArgs> gemv = Fp8CudaCoreGemv(call, w)) {
+    return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), n, k, static_cast<double>(n * k));
+  }
+  if (Fp8DecodeRows(options_, call)) {
+    const GemvArgs gemv = Fp8GemvArgs(call, w, options_.pdl);
+    if (TakesFp8MmaGemv(options_, gemv, GemvSupports(gemv))) {
       return LaunchedWeights(kOp, LaunchFp8MmaGemv(gemv, stream_), n, k,
                              static_cast<double>(n * k));
-    }
-    if (cuda_cores) {
-      return LaunchedWeights(kOp, LaunchGemv(gemv, stream_), n, k, static_cast<double>(n * k));
     }
   }
   if (options_.fp8_w8a8 && !options_.batch_invariant && w.block == 128 && k % 128 == 0 &&
@@ -183,6 +206,67 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   call.w_from_stream = true;
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return LaunchedWeights(kOp, cudaGetLastError(), n, k, static_cast<double>(n * k) * 2);
+}
+
+absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight& w,
+                                           const Tensor* bias, const Tensor& out) {
+  constexpr const char* kOp = "AddRmsNormMatmul";
+  if ((w.dense == nullptr) == (w.fp8 == nullptr)) {
+    return OpError(kOp, "give exactly one of a dense and an FP8 weight");
+  }
+  RETURN_IF_ERROR(ExpectAddRmsNormOperands(kOp, p.x, p.residual, p.weight, p.normed));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "residual_out", p.residual_out));
+  RETURN_IF_ERROR(ExpectDType(kOp, "residual_out", p.residual_out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRowMajor(kOp, "residual_out", p.residual_out));
+  RETURN_IF_ERROR(ExpectSameShape(kOp, p.x, p.residual_out));
+  if (p.residual_out.data == p.residual.data || p.residual_out.data == p.x.data) {
+    return OpError(kOp, "residual_out must not overlap residual or x");
+  }
+  if (options_.fuse_norm_gemv && p.x.rank == 2) {
+    // The GEMV that Matmul / MatmulFp8 would run on normed, given the norm as its prologue.
+    GemmCall call;
+    std::optional<GemvArgs> gemv;
+    double weight_bytes = 0;
+    if (w.dense != nullptr) {
+      RETURN_IF_ERROR(CheckDenseMatmul(kOp, p.normed, *w.dense, bias, out, call));
+      gemv = gemm_->GemvFor(call);
+      weight_bytes = static_cast<double>(call.n * call.k) * 2;
+    } else {
+      RETURN_IF_ERROR(CheckMatmulIo(kOp, p.normed, w.fp8->codes.dim(0), bias, out, call));
+      RETURN_IF_ERROR(
+          ExpectFp8Weight(kOp, w.fp8->codes, w.fp8->scales, w.fp8->block, p.normed.dim(1)));
+      gemv = Fp8CudaCoreGemv(call, *w.fp8);
+      weight_bytes = static_cast<double>(call.n * call.k);
+    }
+    if (gemv) {
+      const RowsView x = AsRows(p.x), residual = AsRows(p.residual),
+                     residual_out = AsRows(p.residual_out), normed = AsRows(p.normed);
+      gemv->x = x.data;
+      gemv->ldx = x.stride;
+      gemv->norm = GemvNorm{.residual = residual.data,
+                            .ld_residual = residual.stride,
+                            .residual_out = residual_out.data,
+                            .ld_residual_out = residual_out.stride,
+                            .normed = normed.data,
+                            .ld_normed = normed.stride,
+                            .weight = p.weight.data,
+                            .eps = p.eps};
+      if (GemvSupports(*gemv)) {
+        return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), call.n, call.k, weight_bytes);
+      }
+    }
+  }
+  // Otherwise the norm kernel with the sum out of place, then the matmul.
+  const NormArgs args{.x = AsRows(p.x),
+                      .residual = AsRows(p.residual),
+                      .residual_out = AsRows(p.residual_out),
+                      .out = AsRows(p.normed),
+                      .weight = p.weight.data,
+                      .eps = p.eps,
+                      .pdl = options_.pdl_decode_kernels};
+  RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(args, stream_)));
+  return w.dense != nullptr ? Matmul(p.normed, *w.dense, bias, out)
+                            : MatmulFp8(p.normed, *w.fp8, bias, out);
 }
 
 absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {

@@ -703,6 +703,102 @@ TEST_F(Mxfp4Experts, AddRmsNormFusedEqualsTheTwoOps) {
   }
 }
 
+// AddRmsNormMatmul fused into the GEMV (fuse_norm_gemv) against AddRmsNorm in place and then
+// Matmul / MatmulFp8 on a backend without it: the residual sum, the normalised rows and the
+// output bit for bit. Qwen3-8B's qkv (bf16, one row), gpt-oss's hidden 2880 with a bias, FP8
+// weights at 1 and 2 rows (the CUDA-core GEMV) and 3 (the tensor-core one: the separate ops);
+// 16 rows (cuBLASLt: the norm kernel out of place, then the GEMM) and a hidden size of 96 (the
+// norm kernel's warp form, which the GEMV does not repeat: the separate ops). Both backends
+// launch with PDL, as the decode graphs do.
+TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
+  auto two_ops = CudaBackend::Create(
+      CudaBackendOptions{.device = 0, .pdl = true, .pdl_decode_kernels = true});
+  auto fused = CudaBackend::Create(CudaBackendOptions{
+      .device = 0, .pdl = true, .pdl_decode_kernels = true, .fuse_norm_gemv = true});
+  ASSERT_TRUE(two_ops.ok() && fused.ok());
+  std::mt19937 rng(16);
+  struct Case {
+    int64_t rows, hidden, n;
+    bool fp8, bias;
+  };
+  for (const Case c : {Case{1, 4096, 6144, false, false}, Case{1, 2880, 640, false, true},
+                       Case{1, 4096, 1024, true, false}, Case{2, 4096, 512, true, true},
+                       Case{3, 2048, 512, true, false}, Case{16, 4096, 256, false, false},
+                       Case{1, 96, 64, false, false}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, hidden " << c.hidden << ", n " << c.n
+                                      << (c.fp8 ? ", FP8" : "") << (c.bias ? ", bias" : ""));
+    const int64_t h = c.hidden;
+    const std::vector<float> x_values = RandomBf16(c.rows * h, rng);
+    const std::vector<float> residual_values = RandomBf16(c.rows * h, rng, -4, 4);
+    const Tensor norm_weight = Upload(RandomBf16(h, rng, 0.5f, 1.5f), {h}).cuda;
+    const Tensor dense = Upload(RandomBf16(c.n * h, rng, -0.05f, 0.05f), {c.n, h}).cuda;
+    Fp8Weight fp8;
+    if (c.fp8) {
+      std::vector<float> w_values(c.n * h);
+      for (float& w : w_values) w = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
+      const Fp8Blocks q = QuantizeFp8Blocks(w_values, c.n, h, 128);
+      fp8.codes = Keep(cuda().Allocate(DType::kU8, {c.n, h}));
+      ASSERT_TRUE(cuda().CopyFromHost(q.codes.data(), fp8.codes).ok());
+      fp8.scales = Upload(q.scale_inv, {(c.n + 127) / 128, (h + 127) / 128}, DType::kF32).cuda;
+      fp8.block = 128;
+    }
+    const Tensor bias_t = Upload(RandomBf16(c.n, rng), {c.n}).cuda;
+    const Tensor* bias = c.bias ? &bias_t : nullptr;
+    struct Result {
+      std::vector<float> residual, normed, out;
+    };
+    const auto separate = [&](CudaBackend& b) {
+      const Tensor x = Upload(x_values, {c.rows, h}).cuda;
+      const Tensor residual = Upload(residual_values, {c.rows, h}).cuda;
+      const Tensor normed = Poisoned({c.rows, h}).cuda, out = Poisoned({c.rows, c.n}).cuda;
+      EXPECT_TRUE(cuda().Synchronize().ok());
+      absl::Status st = b.AddRmsNorm(x, residual, norm_weight, 1e-6f, normed);
+      if (st.ok()) {
+        st = c.fp8 ? b.MatmulFp8(normed, fp8, bias, out) : b.Matmul(normed, dense, bias, out);
+      }
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(b.Synchronize().ok());
+      return Result{DownloadCuda(residual), DownloadCuda(normed), DownloadCuda(out)};
+    };
+    const auto one_op = [&](CudaBackend& b) {
+      const PreNorm norm{.x = Upload(x_values, {c.rows, h}).cuda,
+                         .residual = Upload(residual_values, {c.rows, h}).cuda,
+                         .residual_out = Poisoned({c.rows, h}).cuda,
+                         .weight = norm_weight,
+                         .eps = 1e-6f,
+                         .normed = Poisoned({c.rows, h}).cuda};
+      const Tensor out = Poisoned({c.rows, c.n}).cuda;
+      EXPECT_TRUE(cuda().Synchronize().ok());
+      const MatmulWeight w = c.fp8 ? MatmulWeight{.fp8 = &fp8} : MatmulWeight{.dense = &dense};
+      const absl::Status st = b.AddRmsNormMatmul(norm, w, bias, out);
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(b.Synchronize().ok());
+      EXPECT_EQ(DownloadCuda(norm.residual), residual_values);  // only read
+      return Result{DownloadCuda(norm.residual_out), DownloadCuda(norm.normed),
+                    DownloadCuda(out)};
+    };
+    const Result want = separate(**two_ops), got = one_op(**fused);
+    const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    EXPECT_TRUE(same_bits(want.residual, got.residual));
+    EXPECT_TRUE(same_bits(want.normed, got.normed));
+    EXPECT_TRUE(same_bits(want.out, got.out));
+    EXPECT_FALSE(std::isnan(got.out[0]));
+  }
+  // residual_out may not be the residual itself (every CTA reads it while one writes the sum).
+  const Tensor rows = Upload(RandomBf16(4096, rng), {1, 4096}).cuda;
+  const Tensor w = Upload(RandomBf16(4096, rng), {4096}).cuda;
+  const Tensor wm = Upload(RandomBf16(64 * 4096, rng), {64, 4096}).cuda;
+  const Tensor out = Poisoned({1, 64}).cuda;
+  const PreNorm in_place{.x = Poisoned({1, 4096}).cuda, .residual = rows, .residual_out = rows,
+                         .weight = w, .normed = Poisoned({1, 4096}).cuda};
+  EXPECT_EQ((*fused)->AddRmsNormMatmul(in_place, MatmulWeight{.dense = &wm}, nullptr, out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*fused)->AddRmsNormMatmul(in_place, MatmulWeight{}, nullptr, out).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaOps, RejectsWrongDtypesAndShapes) {
   const Tensor f32 = Keep(cuda().Allocate(DType::kF32, {4, 8}));
   const Tensor bf = Keep(cuda().Allocate(DType::kBF16, {4, 8}));

@@ -6,9 +6,12 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
+
+#include <unistd.h>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
@@ -24,6 +27,7 @@ const char* TestSourceDir() {
 #define XSERV_SOURCE_DIR TestSourceDir()
 #include "tests/unit/model/model_test_util.h"
 #include "worker/model/decode_graphs.h"
+#include "worker/tools/model_maker.h"
 
 namespace xserv::model::testing {
 namespace {
@@ -431,6 +435,80 @@ TEST_P(CudaModel, PipelineStageGraphsEqualDirectSteps) {
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
         << "decode step " << step;
   }
+}
+
+// --fuse-norm-gemv through a whole model: every block's add + RMSNorm computed by its first
+// projection's GEMV (AddRmsNormMatmul, the residual stream alternating between two buffers)
+// gives the logits of the separate norm kernels bit for bit, in direct steps and in replayed
+// decode graphs, both with PDL. A Qwen3 with hidden 1024: the tiny models' rows (64) are below
+// those the fused GEMV takes, and 1024 is the one-row GEMV's; 3 sequences at once (cuBLASLt
+// and the out-of-place norm kernel) too.
+TEST(CudaModelFusedNorms, StepsEqualTheSeparateNorms) {
+  const std::string tokenizer = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/qwen3";
+  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) {
+    GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  }
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("xserv-fused-norms-" + std::to_string(getpid())))
+                              .string();
+  const absl::Status made = tools::MakeModel({.arch = tools::ModelArch::kQwen3,
+                                              .preset = tools::ModelPreset::kTiny,
+                                              .seed = 7,
+                                              .tokenizer_dir = tokenizer,
+                                              .out_dir = dir,
+                                              .hidden_size = 1024});
+  ASSERT_TRUE(made.ok()) << made;
+  const kernels::cuda::CudaBackendOptions plain{.device = 0,
+                                                .gemv = true,
+                                                .pdl = true,
+                                                .pdl_decode_kernels = true,
+                                                .flash_prefill = true,
+                                                .decode_attention = true,
+                                                .fuse_qk_norm_rope = true};
+  kernels::cuda::CudaBackendOptions fused_options = plain;
+  fused_options.fuse_norm_gemv = true;
+  auto separate_backend = kernels::cuda::CudaBackend::Create(plain);
+  auto fused_backend = kernels::cuda::CudaBackend::Create(fused_options);
+  ASSERT_TRUE(separate_backend.ok() && fused_backend.ok());
+  ASSERT_TRUE((*fused_backend)->FusesNormIntoMatmul());
+  {
+    Runner separate(**separate_backend, dir), fused(**fused_backend, dir);
+    ASSERT_TRUE(separate.ok() && fused.ok());
+    for (int seqs : {1, 3}) {
+      std::vector<std::vector<int32_t>> tokens(seqs), tables_s(seqs), tables_f(seqs);
+      for (int s = 0; s < seqs; ++s) {
+        for (int t = 0; t < 12 + s; ++t) tokens[s].push_back((t * 37 + s * 101 + 5) % 1000);
+        tables_s[s] = separate.NewTable(64);
+        tables_f[s] = fused.NewTable(64);
+        const std::vector<float> want = separate.Step({SequenceChunk{
+            .tokens = tokens[s], .start_position = 0, .block_table = tables_s[s]}});
+        const std::vector<float> got = fused.Step({SequenceChunk{
+            .tokens = tokens[s], .start_position = 0, .block_table = tables_f[s]}});
+        ASSERT_FALSE(want.empty());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+            << "prefill of sequence " << s;
+      }
+      for (int step = 0; step < 4; ++step) {  // direct, then graph warm-up, capture, replays
+        std::vector<int32_t> next(seqs);
+        std::vector<SequenceChunk> chunks_s, chunks_f;
+        for (int s = 0; s < seqs; ++s) {
+          next[s] = (step * 131 + s * 17) % 1000;
+          const auto pos = static_cast<int32_t>(tokens[s].size()) + step;
+          chunks_s.push_back({.tokens = std::span<const int32_t>(&next[s], 1),
+                              .start_position = pos, .block_table = tables_s[s]});
+          chunks_f.push_back({.tokens = std::span<const int32_t>(&next[s], 1),
+                              .start_position = pos, .block_table = tables_f[s]});
+        }
+        const std::vector<float> want = separate.Step(chunks_s);
+        const std::vector<float> got =
+            step == 0 ? fused.Step(chunks_f) : fused.GraphStep(chunks_f);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << seqs << " sequences, step " << step;
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel,

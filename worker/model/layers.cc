@@ -97,6 +97,18 @@ absl::Status RunLinear(Backend& backend, const Tensor& x, const LinearWeight& w,
       bias, out);
 }
 
+absl::Status RunNormLinear(Backend& backend, const kernels::PreNorm* norm, const Tensor& x,
+                           const LinearWeight& w, const Tensor* bias, const Tensor& out) {
+  if (norm == nullptr) return RunLinear(backend, x, w, bias, out);
+  if (w.codes.empty()) {
+    const Tensor dense = w.dense.view();
+    return backend.AddRmsNormMatmul(*norm, kernels::MatmulWeight{.dense = &dense}, bias, out);
+  }
+  const kernels::Fp8Weight fp8{.codes = w.codes.view(), .scales = w.scales.view(),
+                               .block = w.block};
+  return backend.AddRmsNormMatmul(*norm, kernels::MatmulWeight{.fp8 = &fp8}, bias, out);
+}
+
 LinearWeight TakeLinear(WeightLoader& loader, Backend& backend, const TpShard& tp,
                         const std::string& name, const std::vector<int64_t>& shape,
                         const TensorSlice& slice) {
@@ -351,6 +363,9 @@ absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfi
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   ws.normed = AllocRows(backend, max_tokens, c.hidden_size, status);
   ws.residual = AllocRows(backend, max_tokens, c.hidden_size, status);
+  if (backend.FusesNormIntoMatmul()) {
+    ws.residual_spare = AllocRows(backend, max_tokens, c.hidden_size, status);
+  }
   ws.qkv = AllocRows(backend, max_tokens, q_dim + 2 * kv_dim, status);
   ws.attn = AllocRows(backend, max_tokens, q_dim, status);
   ws.block_out = AllocRows(backend, max_tokens, c.hidden_size, status);
@@ -363,14 +378,14 @@ absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfi
 absl::Status RunAttention(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
                           const Tensor& normed, const Tensor* rope_table, int64_t layer,
                           const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
-                          int64_t tokens) {
+                          int64_t tokens, const kernels::PreNorm* norm) {
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   const bool stacked = !w.qkv.empty();
   const Workspace::QkvViews views = ws.Qkv(tokens, q_dim, kv_dim, stacked);
   if (stacked) {
-    RETURN_IF_ERROR(RunLinear(backend, normed, w.qkv, OrNull(w.qkv_bias), views.all));
+    RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.qkv, OrNull(w.qkv_bias), views.all));
   } else {
-    RETURN_IF_ERROR(RunLinear(backend, normed, w.q, OrNull(w.q_bias), views.q));
+    RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.q, OrNull(w.q_bias), views.q));
     RETURN_IF_ERROR(RunLinear(backend, normed, w.k, OrNull(w.k_bias), views.k));
     RETURN_IF_ERROR(RunLinear(backend, normed, w.v, OrNull(w.v_bias), views.v));
   }
@@ -425,16 +440,17 @@ Tensor Workspace::MlpRows(int64_t tokens, int64_t width) const {
 }
 
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
-                         Workspace& ws, int64_t tokens) {
+                         Workspace& ws, int64_t tokens, const kernels::PreNorm* norm) {
   const Tensor gate_up = ws.gate_up.view().SliceRows(0, tokens);
   const int64_t inter = w.gate_up.rows() / 2;
   // gate and up are the halves of each row; silu(gate) * up overwrites the gate half (for bf16
-  // weights in one op, which a backend may fuse: Backend::MatmulSiluMul).
+  // weights in one op, which a backend may fuse: Backend::MatmulSiluMul, unless the pre-norm is
+  // fused into the projection instead).
   const Tensor gate = gate_up.SliceLast(0, inter);
-  if (w.gate_up.codes.empty()) {
+  if (w.gate_up.codes.empty() && norm == nullptr) {
     RETURN_IF_ERROR(backend.MatmulSiluMul(normed, w.gate_up.dense.view(), gate_up, gate));
   } else {
-    RETURN_IF_ERROR(RunLinear(backend, normed, w.gate_up, nullptr, gate_up));
+    RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.gate_up, nullptr, gate_up));
     RETURN_IF_ERROR(backend.SiluMul(gate, gate_up.SliceLast(inter, 2 * inter), gate));
   }
   return RunLinear(backend, gate, w.down, nullptr, ws.block_out.view().SliceRows(0, tokens));

@@ -3,6 +3,7 @@
 // across steps except the workspace, which belongs to one model.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ using kernels::Tensor;
 
 // An optional weight (bias) as the op API takes it: null when absent.
 inline const Tensor* OrNull(const Buffer& b) { return b.empty() ? nullptr : &b.view(); }
+template <typename T>
+const T* OrNull(const std::optional<T>& v) {
+  return v.has_value() ? &*v : nullptr;
+}
 
 // Allocates [rows, cols] of the backend's compute dtype, recording failure in `status`.
 Buffer AllocRows(Backend& backend, int64_t rows, int64_t cols, absl::Status& status);
@@ -57,6 +62,11 @@ struct LinearWeight {
 // out = x · w^T (+ bias) through Matmul or MatmulFp8.
 absl::Status RunLinear(Backend& backend, const Tensor& x, const LinearWeight& w, const Tensor* bias,
                        const Tensor& out);
+
+// RunLinear, or with `norm` the block's pre-norm and then the projection as one op
+// (Backend::AddRmsNormMatmul; x is then norm->normed, which the op writes).
+absl::Status RunNormLinear(Backend& backend, const kernels::PreNorm* norm, const Tensor& x,
+                           const LinearWeight& w, const Tensor* bias, const Tensor& out);
 
 // The linear weight `name` of `shape` (this rank's `slice` of it under TP): FP8 when the loader
 // keeps it so (WeightLoader::TakeFp8), else dense like TakeShard.
@@ -96,6 +106,10 @@ struct GatedMlpWeights {
 struct Workspace {
   Buffer normed;     // [T, H]
   Buffer residual;   // [T, H]
+  // [T, H]: where the residual stream's next sum goes when the backend fuses each block's
+  // pre-norm into its first projection (Backend::FusesNormIntoMatmul; empty otherwise): the
+  // stream then alternates between the two.
+  Buffer residual_spare;
   Buffer qkv;        // [T, heads*hd + 2 kv*hd]: q, k, v (Qkv)
   Buffer attn;       // [T, heads*hd]
   Buffer block_out;  // [T, H]: attention or MLP output before the residual add
@@ -121,15 +135,17 @@ struct Workspace {
 // q/k/v projections (+bias, QK-norm, RoPE), KV write and paged attention, then the output
 // projection into ws.block_out. `normed` is the layer input [T, H]; `config` is this rank's
 // (RankConfig). Under tensor parallelism block_out holds this rank's partial sum: the caller
-// all-reduces it.
+// all-reduces it. With `norm`, normed is its output, computed with the first projection
+// (RunNormLinear).
 absl::Status RunAttention(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
                           const Tensor& normed, const Tensor* rope_table, int64_t layer,
                           const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
-                          int64_t tokens);
+                          int64_t tokens, const kernels::PreNorm* norm = nullptr);
 
-// down(silu(gate(x)) * up(x)) into ws.block_out (a partial sum under tensor parallelism).
+// down(silu(gate(x)) * up(x)) into ws.block_out (a partial sum under tensor parallelism);
+// `norm` as RunAttention's.
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
-                         Workspace& ws, int64_t tokens);
+                         Workspace& ws, int64_t tokens, const kernels::PreNorm* norm = nullptr);
 
 // Vocab-parallel lm_head: with tensor parallelism and a vocabulary that splits evenly, each rank
 // holds vocab rows [begin, end) of the lm_head and computes those logit columns; the full rows

@@ -73,7 +73,10 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config();
     const int64_t tokens = in.token_ids.dim(0);
     const float eps = static_cast<float>(c.norm_eps);
-    const Tensor residual = ws_.residual.view().SliceRows(0, tokens);
+    Tensor residual = ws_.residual.view().SliceRows(0, tokens);
+    // With the pre-norms fused into the projections, each sum lands in the other buffer.
+    const bool fuse_norms = b.FusesNormIntoMatmul();
+    Tensor spare = fuse_norms ? ws_.residual_spare.view().SliceRows(0, tokens) : Tensor{};
     const Tensor normed = ws_.normed.view().SliceRows(0, tokens);
     const Tensor block_out = ws_.block_out.view().SliceRows(0, tokens);
     if (is_first_stage()) {
@@ -81,26 +84,39 @@ class LlamaModel final : public Model {
     } else {  // a same-dtype Convert is a device copy on every backend
       RETURN_IF_ERROR(b.Convert(*hidden, residual));
     }
+    // residual += block_out, then normed = the norm of it: one op here, or with the block's
+    // first projection (returned, for RunAttention / RunGatedMlp to run).
+    using MaybeNorm = std::optional<kernels::PreNorm>;
+    const auto pre_norm = [&](const Buffer& weight) -> absl::StatusOr<MaybeNorm> {
+      if (!fuse_norms) {
+        RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, weight.view(), eps, normed));
+        return std::nullopt;
+      }
+      const kernels::PreNorm norm{.x = block_out, .residual = residual, .residual_out = spare,
+                         .weight = weight.view(), .eps = eps, .normed = normed};
+      std::swap(residual, spare);
+      return norm;
+    };
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& layer = layers_[i];
+      MaybeNorm norm;
       if (i == 0) {  // the stage's input is a complete residual: nothing pending to add
         RETURN_IF_ERROR(b.RmsNorm(residual, layer.input_norm.view(), eps, normed));
       } else {  // residual += previous MLP output, then normalise
-        RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, layer.input_norm.view(), eps, normed));
+        ASSIGN_OR_RETURN(norm, pre_norm(layer.input_norm));
       }
       // Global index: sliding windows and observer names are per checkpoint layer.
       const int64_t layer_index = pp_.first_layer + static_cast<int64_t>(i);
+      RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
+                                   layer_index, in, kv[i], ws_, tokens, OrNull(norm)));
       Observe(layer_index, "input", residual);
       Observe(layer_index, "attn_in", normed);
-      RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
-                                   layer_index, in, kv[i], ws_, tokens));
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       Observe(layer_index, "attn", ws_.attn.view().SliceRows(0, tokens));  // this rank's heads
       Observe(layer_index, "attn_out", block_out);
-      RETURN_IF_ERROR(
-          b.AddRmsNorm(block_out, residual, layer.post_attention_norm.view(), eps, normed));
+      ASSIGN_OR_RETURN(norm, pre_norm(layer.post_attention_norm));
+      RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens, OrNull(norm)));
       Observe(layer_index, "mlp_in", normed);
-      RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens));
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       Observe(layer_index, "mlp_out", block_out);
     }

@@ -242,6 +242,13 @@ absl::Status MakeModel(const MakeModelOptions& options) {
     return absl::InvalidArgumentError(
         "MakeModel: fp8_block must be positive and is for qwen3 and llama only");
   }
+  if (options.hidden_size < 0 || options.hidden_size % 8 != 0 ||
+      (options.hidden_size > 0 && options.arch != ModelArch::kQwen3 &&
+       options.arch != ModelArch::kLlama)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MakeModel: hidden_size must be a positive multiple of 8, for qwen3 and llama only; got ",
+        options.hidden_size));
+  }
   if (options.num_layers < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("MakeModel: num_layers must be positive, got ", options.num_layers));
@@ -251,6 +258,7 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   ModelShape shape = PresetShape(options.arch, options.preset);
   shape.vocab_size = PaddedVocabSize(tok->vocab_size());
   if (options.num_layers > 0) shape.num_layers = options.num_layers;
+  if (options.hidden_size > 0) shape.hidden_size = options.hidden_size;
 
   const fs::path out(options.out_dir);
   std::error_code ec;

@@ -27,6 +27,10 @@ struct MakeModelOptions {
   // Layer count overriding the preset's (0: the preset's), e.g. deeper tiny models for pipeline
   // parallelism tests; negative is InvalidArgument.
   int64_t num_layers = 0;
+  // Hidden size overriding the preset's (0: the preset's), Qwen3 and Llama only (their heads
+  // need not span it), e.g. rows long enough for kernels that take only those; a positive
+  // multiple of 8.
+  int64_t hidden_size = 0;
   // > 0: Qwen3/Llama attention and MLP weights as FP8 E4M3 with [b, b] block scales
   // (`weight_scale_inv`, BF16) and config.json's quantization_config "fp8", the Qwen3-8B-FP8
   // layout; the other tensors keep `dtype`. Not for GPT-2 or gpt-oss (InvalidArgument).

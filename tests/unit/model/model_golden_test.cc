@@ -130,6 +130,45 @@ TEST_P(ModelGolden, GreedyContinuationMatchesHf) {
   }
 }
 
+// The models' fused pre-norm path (Backend::FusesNormIntoMatmul: each block's add + norm handed
+// to its first projection, the residual stream alternating between two buffers) gives the
+// logits of the separate norms exactly, for a prompt and the decode steps after it, two
+// sequences per step.
+TEST_P(ModelGolden, FusedPreNormsGiveTheSameLogits) {
+  const ModelLoadOptions options{.max_num_tokens = 256};
+  Harness plain(ModelDir(GetParam()), options, /*num_threads=*/2);
+  Harness fused(ModelDir(GetParam()), options, /*num_threads=*/2, /*num_blocks=*/64,
+                /*block_size=*/16, KvLayout{}, /*fuse_norms=*/true);
+  ASSERT_TRUE(plain.ok() && fused.ok());
+  const Golden g = LoadGolden(ModelDir(GetParam()));
+  ASSERT_GE(g.inputs.size(), 2u);
+  const auto& a = g.inputs[0];
+  const auto& b = g.inputs[1];
+  const int64_t room = static_cast<int64_t>(std::max(a.size(), b.size())) + 8;
+  const std::vector<int32_t> plain_tables[2] = {plain.NewTable(room), plain.NewTable(room)};
+  const std::vector<int32_t> fused_tables[2] = {fused.NewTable(room), fused.NewTable(room)};
+  const auto step = [&](Harness& h, const std::vector<int32_t>* tables, int64_t decoded) {
+    std::vector<SequenceChunk> chunks;
+    for (int s = 0; s < 2; ++s) {
+      const auto& ids = s == 0 ? a : b;
+      const int64_t start = decoded == 0 ? 0 : static_cast<int64_t>(ids.size()) - 1;
+      const size_t len = decoded == 0 ? ids.size() : 1;
+      chunks.push_back(SequenceChunk{
+          .tokens = std::span<const int32_t>(&ids[start], len),
+          .start_position = static_cast<int32_t>(start + (decoded == 0 ? 0 : decoded)),
+          .block_table = tables[s],
+          .logits = LogitsRows::kAll});
+    }
+    return h.Step(chunks);
+  };
+  for (int64_t decoded = 0; decoded < 4; ++decoded) {
+    const std::vector<float> want = step(plain, plain_tables, decoded);
+    const std::vector<float> got = step(fused, fused_tables, decoded);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(got, want) << "step " << decoded;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, ModelGolden,
                          ::testing::Values("gpt2-tiny", "qwen3-tiny", "qwen3-tiny-tied-bf16",
                                            "llama3-tiny-sharded", "gpt-oss-tiny-mxfp4"),

@@ -76,10 +76,13 @@ class Harness {
                 block_size) {}
 
   // `options` may name a tensor-parallel rank; its KV cache then holds the rank's KV heads. The
-  // shuffled block order is the same on every rank, as an engine's would be.
+  // shuffled block order is the same on every rank, as an engine's would be. `fuse_norms`:
+  // CpuBackendOptions::fuse_norm_matmul.
   Harness(const std::string& dir, const ModelLoadOptions& options, int num_threads,
-          int64_t num_blocks = 64, int64_t block_size = 16, const KvLayout& kv_layout = {})
-      : backend_(kernels::cpu::CpuBackendOptions{.num_threads = num_threads}) {
+          int64_t num_blocks = 64, int64_t block_size = 16, const KvLayout& kv_layout = {},
+          bool fuse_norms = false)
+      : backend_(kernels::cpu::CpuBackendOptions{.num_threads = num_threads,
+                                                 .fuse_norm_matmul = fuse_norms}) {
     auto model = LoadModel(dir, backend_, options);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;

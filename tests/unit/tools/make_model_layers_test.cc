@@ -43,6 +43,37 @@ TEST(MakeModelLayersTest, OverridesThePresetLayerCount) {
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
 }
 
+// MakeModelOptions::hidden_size: Qwen3 and Llama rows of another width (the heads keep theirs);
+// other architectures, and sizes not a multiple of 8, are refused.
+TEST(MakeModelLayersTest, OverridesThePresetHiddenSize) {
+  const std::string tokenizer_dir = TokenizerDir("qwen3");
+  if (tokenizer_dir.empty()) GTEST_SKIP() << "run scripts/fetch-assets.sh for tokenizers";
+  ScratchDir tmp;
+  ASSERT_TRUE(MakeModel({.arch = ModelArch::kQwen3,
+                         .preset = ModelPreset::kTiny,
+                         .tokenizer_dir = tokenizer_dir,
+                         .out_dir = tmp.path(),
+                         .hidden_size = 1024})
+                  .ok());
+  auto config = LoadModelConfig(tmp.path());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->hidden_size, 1024);
+  auto file = safetensors::SafetensorsFile::Open(tmp / "model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto q = file->Tensor("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->shape, (std::vector<int64_t>{config->num_heads * config->head_dim, 1024}));
+  for (const auto& [arch, hidden] : {std::pair{ModelArch::kGpt2, int64_t{1024}},
+                                     std::pair{ModelArch::kQwen3, int64_t{1020}}}) {
+    EXPECT_EQ(MakeModel({.arch = arch,
+                         .tokenizer_dir = tokenizer_dir,
+                         .out_dir = tmp / "refused",
+                         .hidden_size = hidden})
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // Runs xserv-make-model with `args`; returns its exit status.
 int RunMakeModel(const ScratchDir& tmp, const std::string& args) {
   const std::string command =
