@@ -19,7 +19,7 @@ struct KernelChoices {
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
-  bool fuse_norm_gemv = false;     // each block's add + RMSNorm in its first decode GEMV
+  bool fuse_norm_gemv = true;      // each block's add + RMSNorm in its first FP8 decode GEMV
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 3 rows
@@ -51,9 +51,10 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "layer fewer, bit-identical to the separate kernels")
       ->capture_default_str();
   app.add_option("--fuse-norm-gemv", k.fuse_norm_gemv,
-                 "cuda: at decode batch sizes that take the GEMV (bf16: 1 row; FP8: up to 2), "
-                 "each block's residual add + RMSNorm is computed by its first projection's GEMV "
-                 "while it stages its input: a kernel fewer per block, bit-identical")
+                 "cuda, with --fp8-matmuls: at batch 1 each block's residual add + "
+                 "RMSNorm is computed by its first projection's FP8 GEMV while it stages its "
+                 "input: a kernel fewer per block, bit-identical (bf16 weights measured slower "
+                 "fused and keep the norm kernel)")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "

@@ -64,10 +64,10 @@ struct CudaBackendOptions {
   // Hidden sizes of whole 16-byte vectors above 512 (RmsNormTakesCombine); others, and dense
   // experts, run the two ops.
   bool fuse_moe_norm = false;
-  // AddRmsNormMatmul of decode rows on the GEMV (the single-row bf16 one, and the CUDA-core FP8
-  // one) as one kernel whose CTAs each compute the norm while staging x (gemv.h, GemvNorm),
-  // bit-identical to the norm kernel and then the GEMV; the models then pass each block's
-  // pre-norm to its first projection (Backend::FusesNormIntoMatmul).
+  // AddRmsNormMatmul with FP8 weights at one row (the CUDA-core FP8 GEMV's decode step) as one
+  // kernel whose CTAs each compute the norm while staging x (gemv.h, GemvNorm), bit-identical to
+  // the norm kernel and then the GEMV; the models then pass each block's pre-norm to its first
+  // projection (Backend::FusesNormIntoMatmul). bf16 weights keep the two kernels.
   bool fuse_norm_gemv = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the

@@ -309,23 +309,19 @@ std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, bool pdl, bool glu) {
   return gemv;
 }
 
-std::optional<GemvArgs> GemmRunner::GemvFor(const GemmCall& c) const {
+absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
+  if (c.m == 0 || c.n == 0) return absl::OkStatus();
   // Weights this small (a MoE router's 32 x 2880) leave cuBLASLt's kernels launch- and
   // tail-bound (11.5 us for 184 KB on an H200, 16 GB/s): the GEMV takes them whatever
   // options_.gemv says.
   const bool small_weights = c.n * c.k * 2 <= kGemvSmallWeightBytes;
   if (((options_.gemv && c.m == 1) || small_weights) && !options_.batch_invariant &&
       c.m <= kGemvMaxRows) {
-    return GemvArgsOf(c, options_.pdl && !c.w_from_stream);
-  }
-  return std::nullopt;
-}
-
-absl::Status GemmRunner::Run(const GemmCall& c, cudaStream_t stream) {
-  if (c.m == 0 || c.n == 0) return absl::OkStatus();
-  if (const std::optional<GemvArgs> gemv = GemvFor(c)) {
-    RETURN_IF_CUDA_ERROR(LaunchGemv(*gemv, stream));
-    return absl::OkStatus();
+    if (const std::optional<GemvArgs> gemv =
+            GemvArgsOf(c, options_.pdl && !c.w_from_stream)) {
+      RETURN_IF_CUDA_ERROR(LaunchGemv(*gemv, stream));
+      return absl::OkStatus();
+    }
   }
   // The epilogue adds a bf16 bias in fp32 before the single rounding of a bf16 output; other
   // combinations (f32 logits, router logits) take the separate bias kernel, which costs an f32

@@ -101,8 +101,6 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   absl::Status Run(const GemmCall& call, cudaStream_t stream);
-  // The GEMV's arguments when Run sends `call` to the GEMV instead of cuBLASLt, else nothing.
-  std::optional<GemvArgs> GemvFor(const GemmCall& call) const;
   // Unimplemented when cuBLASLt offers no algorithm for the call's shape (the caller takes
   // another path); remembered, so a refused shape is not asked about again.
   absl::Status RunFp8(const Fp8GemmCall& call, cudaStream_t stream);

@@ -65,6 +65,7 @@ __device__ __forceinline__ void StageNormedX(const GemvArgs& a, const uint4* s_w
   const GemvNorm& n = a.norm;
   const int chunks = a.k / kChunk;
   const bool store = blockIdx.x == 0;
+  const bool add = n.residual != nullptr;
   const auto row = [](const void* base, int64_t ld, int r) {
     return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(base) + r * ld);
   };
@@ -72,14 +73,19 @@ __device__ __forceinline__ void StageNormedX(const GemvArgs& a, const uint4* s_w
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const uint4* x = row(a.x, a.ldx, r);
-    const uint4* res = row(n.residual, n.ld_residual, r);
-    uint4* res_out = const_cast<uint4*>(row(n.residual_out, n.ld_residual_out, r));
+    const uint4* res = add ? row(n.residual, n.ld_residual, r) : nullptr;
+    uint4* res_out = add ? const_cast<uint4*>(row(n.residual_out, n.ld_residual_out, r)) : nullptr;
     sum_sq[r] = 0.0f;
     for (int c = threadIdx.x; c < chunks; c += kThreads) {
       float v[kChunk];
-      const uint4 stored = AddResidualBf16x8(x[c], res[c], v);
+      uint4 stored = x[c];
+      if (add) {
+        stored = AddResidualBf16x8(stored, res[c], v);
+        if (store) res_out[c] = stored;
+      } else {
+        UnpackBf16x8(stored, v);
+      }
       s_x[r * chunks + c] = stored;
-      if (store) res_out[c] = stored;
       sum_sq[r] = AddSquares8(v, sum_sq[r]);
     }
   }
@@ -105,7 +111,7 @@ __device__ __forceinline__ void StageNormedX(const GemvArgs& a, const uint4* s_w
 template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu, bool kNorm>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvArgs a) {
   static_assert(!kGlu || (kRows == 1 && kCols == 2 && !kFp8), "GLU: one bf16 row, a row pair");
-  static_assert(!(kGlu && kNorm), "no norm prologue with the GLU epilogue");
+  static_assert(!kNorm || (kFp8 && kRows == 1), "the norm prologue: one row, FP8 (gemv.h)");
   extern __shared__ uint4 s_x[];  // [kRows][k / 8] chunks of 8 bf16 (kNorm: + [k / 8])
   constexpr int kPerLoad = kFp8 ? 16 : kChunk;  // weights per 16-byte load
   constexpr int kGroupCols = kGlu ? 1 : kCols;  // output columns per group
@@ -327,10 +333,10 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   constexpr bool kOneColumn = kRows == 1 && !kFp8 && !kGlu;
   const int cols = a.tile_cols != 0 ? a.tile_cols : (kOneColumn ? 1 : 2);
   const int unroll = a.tile_unroll != 0 ? a.tile_unroll : 4;
-  if constexpr (!kGlu) {
-    if (a.norm.residual != nullptr) {  // the default tile only: fewer kernels to build
-      if (cols != (kOneColumn ? 1 : 2) || unroll != 4) return cudaErrorInvalidValue;
-      return LaunchWith<kRows, kOneColumn ? 1 : 2, 4, kFp8, false, true>(a, stream);
+  if constexpr (kFp8 && kRows == 1) {
+    if (a.norm.weight != nullptr) {  // the default tile only: fewer kernels to build
+      if (cols != 2 || unroll != 4) return cudaErrorInvalidValue;
+      return LaunchWith<kRows, 2, 4, kFp8, false, true>(a, stream);
     }
   }
   return LaunchTile<kRows, kFp8, kGlu>(a, cols, unroll, stream);
@@ -361,10 +367,10 @@ bool GemvSupports(const GemvArgs& a) {
                                  a.out_type == ElemType::kBF16);
   const GemvNorm& norm = a.norm;
   const bool norm_ok =
-      norm.residual == nullptr ||
-      (!a.glu && RmsNormTakesVectors(a.k) &&
-       (a.m + int64_t{1}) * a.k * 2 <= kGemvMaxSharedBytes && norm.weight != nullptr &&
-       norm.residual_out != nullptr && norm.normed != nullptr && aligned(norm.weight) &&
+      norm.weight == nullptr ||
+      (a.scales != nullptr && a.m == 1 && RmsNormTakesVectors(a.k) &&
+       (a.m + int64_t{1}) * a.k * 2 <= kGemvMaxSharedBytes && norm.normed != nullptr &&
+       (norm.residual == nullptr) == (norm.residual_out == nullptr) && aligned(norm.weight) &&
        aligned(norm.residual) && aligned(norm.residual_out) && aligned(norm.normed) &&
        norm.ld_residual % kChunk == 0 && norm.ld_residual_out % kChunk == 0 &&
        norm.ld_normed % kChunk == 0);

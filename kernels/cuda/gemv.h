@@ -18,19 +18,24 @@ inline constexpr int64_t kGemvSmallWeightBytes = 1 << 20;
 // x is staged in shared memory as bf16: m * k * 2 bytes must fit.
 inline constexpr int64_t kGemvMaxSharedBytes = 96 * 1024;
 // An add + RMSNorm ahead of the GEMV (Backend::AddRmsNormMatmul): GemvArgs::x holds the previous
-// block's output, and every CTA stages normed = RmsNorm(residual + x) * weight as its x, with the
-// steps and order of the norm kernel's (rms_norm_vec.cuh), so the bits equal AddRmsNorm then the
-// GEMV. CTA 0 also stores the sum to residual_out and the normalised rows to normed. bf16, rows
+// block's output, and every CTA stages normed = RmsNorm(residual + x) * weight as its x (without
+// a residual: RmsNorm(x) * weight), with the steps and order of the norm kernel's
+// (rms_norm_vec.cuh), so the bits equal that kernel's and then the GEMV's. CTA 0 also stores the
+// sum to residual_out and the normalised rows to normed. One row of FP8 weights only: on an
+// H200 bf16 weights measured slower fused than as the norm kernel and the GEMV under PDL
+// (xserv-gemv-bench, docs/benchmarks session 16: the one-column tile's occupancy falls from 6 to
+// 5 CTAs per SM, and every CTA reads the residual too), and so did Qwen3-8B's FP8 step at 2
+// rows (3.91 -> 3.94 ms; 3.26 -> 3.20 at 1). bf16 x, residual and outputs, rows
 // the norm kernel takes as vectors (norm.h: RmsNormTakesVectors); the weight takes another
 // k * 2 bytes of shared memory; residual_out must not overlap residual or x.
 struct GemvNorm {
-  const void* residual = nullptr;  // null: no norm
+  const void* residual = nullptr;  // null: no add (and no residual_out)
   int64_t ld_residual = 0;
   void* residual_out = nullptr;
   int64_t ld_residual_out = 0;
   void* normed = nullptr;
   int64_t ld_normed = 0;
-  const void* weight = nullptr;  // [k]
+  const void* weight = nullptr;  // [k]; null: no norm
   float eps = 1e-6f;
 };
 

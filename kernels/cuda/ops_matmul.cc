@@ -222,23 +222,14 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
   if (p.residual_out.data == p.residual.data || p.residual_out.data == p.x.data) {
     return OpError(kOp, "residual_out must not overlap residual or x");
   }
-  if (options_.fuse_norm_gemv && p.x.rank == 2) {
-    // The GEMV that Matmul / MatmulFp8 would run on normed, given the norm as its prologue.
+  // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
+  // on normed, given the norm as its prologue.
+  if (options_.fuse_norm_gemv && w.fp8 != nullptr && p.x.rank == 2 && p.x.dim(0) == 1) {
     GemmCall call;
-    std::optional<GemvArgs> gemv;
-    double weight_bytes = 0;
-    if (w.dense != nullptr) {
-      RETURN_IF_ERROR(CheckDenseMatmul(kOp, p.normed, *w.dense, bias, out, call));
-      gemv = gemm_->GemvFor(call);
-      weight_bytes = static_cast<double>(call.n * call.k) * 2;
-    } else {
-      RETURN_IF_ERROR(CheckMatmulIo(kOp, p.normed, w.fp8->codes.dim(0), bias, out, call));
-      RETURN_IF_ERROR(
-          ExpectFp8Weight(kOp, w.fp8->codes, w.fp8->scales, w.fp8->block, p.normed.dim(1)));
-      gemv = Fp8CudaCoreGemv(call, *w.fp8);
-      weight_bytes = static_cast<double>(call.n * call.k);
-    }
-    if (gemv) {
+    RETURN_IF_ERROR(CheckMatmulIo(kOp, p.normed, w.fp8->codes.dim(0), bias, out, call));
+    RETURN_IF_ERROR(
+        ExpectFp8Weight(kOp, w.fp8->codes, w.fp8->scales, w.fp8->block, p.normed.dim(1)));
+    if (std::optional<GemvArgs> gemv = Fp8CudaCoreGemv(call, *w.fp8)) {
       const RowsView x = AsRows(p.x), residual = AsRows(p.residual),
                      residual_out = AsRows(p.residual_out), normed = AsRows(p.normed);
       gemv->x = x.data;
@@ -252,7 +243,8 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
                             .weight = p.weight.data,
                             .eps = p.eps};
       if (GemvSupports(*gemv)) {
-        return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), call.n, call.k, weight_bytes);
+        return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), call.n, call.k,
+                               static_cast<double>(call.n * call.k));
       }
     }
   }

@@ -705,11 +705,11 @@ TEST_F(Mxfp4Experts, AddRmsNormFusedEqualsTheTwoOps) {
 
 // AddRmsNormMatmul fused into the GEMV (fuse_norm_gemv) against AddRmsNorm in place and then
 // Matmul / MatmulFp8 on a backend without it: the residual sum, the normalised rows and the
-// output bit for bit. Qwen3-8B's qkv (bf16, one row), gpt-oss's hidden 2880 with a bias, FP8
-// weights at 1 and 2 rows (the CUDA-core GEMV) and 3 (the tensor-core one: the separate ops);
-// 16 rows (cuBLASLt: the norm kernel out of place, then the GEMM) and a hidden size of 96 (the
-// norm kernel's warp form, which the GEMV does not repeat: the separate ops). Both backends
-// launch with PDL, as the decode graphs do.
+// output bit for bit. FP8 weights at one row (the fused GEMV; gpt-oss's hidden 2880 with a
+// bias), and where the separate ops run: FP8 at 2 rows (the CUDA-core GEMV) and 3 (the
+// tensor-core one), bf16 weights (Qwen3-8B's qkv at one row; 16 rows: cuBLASLt), a hidden size
+// of 96 (the norm kernel's warp form, which the GEMV does not repeat). Both backends launch with
+// PDL, as the decode graphs do.
 TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
   auto two_ops = CudaBackend::Create(
       CudaBackendOptions{.device = 0, .pdl = true, .pdl_decode_kernels = true});
@@ -721,7 +721,7 @@ TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
     int64_t rows, hidden, n;
     bool fp8, bias;
   };
-  for (const Case c : {Case{1, 4096, 6144, false, false}, Case{1, 2880, 640, false, true},
+  for (const Case c : {Case{1, 4096, 6144, false, false}, Case{1, 2880, 640, true, true},
                        Case{1, 4096, 1024, true, false}, Case{2, 4096, 512, true, true},
                        Case{3, 2048, 512, true, false}, Case{16, 4096, 256, false, false},
                        Case{1, 96, 64, false, false}}) {

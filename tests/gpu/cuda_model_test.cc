@@ -44,11 +44,15 @@ constexpr double kSelfTol = 2e-2;
 class Runner {
  public:
   // pp_rank / pp_size: one stage of a pipeline (its layers only; Forward then takes `hidden`).
-  Runner(kernels::Backend& backend, const std::string& dir, int pp_rank = 0, int pp_size = 1)
+  // fp8_block > 0: the linear weights quantised to FP8 on load and multiplied as FP8.
+  Runner(kernels::Backend& backend, const std::string& dir, int pp_rank = 0, int pp_size = 1,
+         int64_t fp8_block = 0)
       : backend_(&backend) {
     auto model = LoadModel(dir, backend, ModelLoadOptions{.max_num_tokens = 256,
                                                           .pp_rank = pp_rank,
-                                                          .pp_size = pp_size});
+                                                          .pp_size = pp_size,
+                                                          .quantize_fp8_block = fp8_block,
+                                                          .fp8_matmuls = fp8_block > 0});
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
     model_ = std::move(*model);
@@ -438,11 +442,12 @@ TEST_P(CudaModel, PipelineStageGraphsEqualDirectSteps) {
 }
 
 // --fuse-norm-gemv through a whole model: every block's add + RMSNorm computed by its first
-// projection's GEMV (AddRmsNormMatmul, the residual stream alternating between two buffers)
+// projection's FP8 GEMV (AddRmsNormMatmul, the residual stream alternating between two buffers)
 // gives the logits of the separate norm kernels bit for bit, in direct steps and in replayed
-// decode graphs, both with PDL. A Qwen3 with hidden 1024: the tiny models' rows (64) are below
-// those the fused GEMV takes, and 1024 is the one-row GEMV's; 3 sequences at once (cuBLASLt
-// and the out-of-place norm kernel) too.
+// decode graphs, both with PDL. A Qwen3 with hidden 1024 (the tiny models' rows, 64, are below
+// those the fused GEMV takes), its weights quantised to FP8 on load; 3 sequences at once (the
+// tensor-core FP8 GEMV after the out-of-place norm kernel), and bf16 weights (the separate
+// kernels on the fused path's buffers) too.
 TEST(CudaModelFusedNorms, StepsEqualTheSeparateNorms) {
   const std::string tokenizer = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/qwen3";
   if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) {
@@ -471,8 +476,10 @@ TEST(CudaModelFusedNorms, StepsEqualTheSeparateNorms) {
   auto fused_backend = kernels::cuda::CudaBackend::Create(fused_options);
   ASSERT_TRUE(separate_backend.ok() && fused_backend.ok());
   ASSERT_TRUE((*fused_backend)->FusesNormIntoMatmul());
-  {
-    Runner separate(**separate_backend, dir), fused(**fused_backend, dir);
+  for (const int64_t fp8_block : {int64_t{128}, int64_t{0}}) {
+    SCOPED_TRACE(fp8_block > 0 ? "FP8 weights" : "bf16 weights");
+    Runner separate(**separate_backend, dir, 0, 1, fp8_block);
+    Runner fused(**fused_backend, dir, 0, 1, fp8_block);
     ASSERT_TRUE(separate.ok() && fused.ok());
     for (int seqs : {1, 3}) {
       std::vector<std::vector<int32_t>> tokens(seqs), tables_s(seqs), tables_f(seqs);

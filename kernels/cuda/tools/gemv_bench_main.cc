@@ -5,7 +5,9 @@
 // Calls are captured into a CUDA graph and replayed, as the decode graphs do.
 //
 // "chain" rows time RMSNorm -> GEMV pairs (the norm writes the GEMV's x), the pattern PDL is
-// for: the GEMV's launch and first weight loads overlap the norm.
+// for: the GEMV's launch and first weight loads overlap the norm. "-norm-pdl" / "-add-pdl"
+// chains launch the norm (with a residual add, its sum out of place) with PDL too; "fused-*"
+// rows are the same pairs as one GEMV with the norm as its prologue (gemv.h, GemvNorm; FP8).
 //
 // Usage: xserv-gemv-bench [--shapes qkv=6144x4096,...] [--rows 1,2,4,8] [--fp8] [--json FILE]
 #include <cuda_runtime_api.h>
@@ -44,6 +46,9 @@ struct Variant {
   int cols = 0, unroll = 0;
   bool pdl = false;
   bool chain = false;  // RMSNorm before each call
+  bool norm_pdl = false;  // the chain's norm launched with PDL
+  bool add = false;       // the norm adds a residual first (its sum out of place)
+  bool fused = false;     // the norm as the GEMV's prologue instead (GemvNorm)
 };
 
 // One call of `v` on weight copy `i`.
@@ -54,17 +59,27 @@ struct Runner {
   void* x = nullptr;        // bf16 [8, k]
   void* x_src = nullptr;    // bf16 [8, k]: the chain's norm input
   void* norm_weight = nullptr;
+  void* residual = nullptr;      // bf16 [8, k]
+  void* residual_out = nullptr;  // bf16 [8, k]
   void* out = nullptr;      // bf16 [8, n]
   int m = 1;
   Shape shape;
   bool fp8 = false;
 
   void Call(const Variant& v, size_t i, cudaStream_t stream) const {
+    using xserv::kernels::cuda::RowsView;
+    const RowsView no_rows{};
     if (v.chain) {
-      const xserv::kernels::cuda::RowsView src{x_src, m, shape.k, shape.k};
-      const xserv::kernels::cuda::RowsView dst{x, m, shape.k, shape.k};
+      const RowsView src{x_src, m, shape.k, shape.k};
+      const RowsView dst{x, m, shape.k, shape.k};
       CHECK_CUDA(xserv::kernels::cuda::LaunchRmsNorm(
-          {.x = src, .out = dst, .weight = norm_weight}, stream));
+          {.x = src,
+           .residual = v.add ? RowsView{residual, m, shape.k, shape.k} : no_rows,
+           .residual_out = v.add ? RowsView{residual_out, m, shape.k, shape.k} : no_rows,
+           .out = dst,
+           .weight = norm_weight,
+           .pdl = v.norm_pdl},
+          stream));
     }
     if (v.cublas) {
       const GemmCall call{.x = x, .ldx = shape.k, .w = weights[i], .ldw = shape.k, .out = out,
@@ -76,10 +91,20 @@ struct Runner {
       }
       return;
     }
-    const GemvArgs a{.x = x, .ldx = shape.k, .w = weights[i], .ldw = shape.k, .out = out,
-                     .ldo = shape.n, .m = m, .n = shape.n, .k = shape.k, .scales = scales,
-                     .scale_cols = (shape.k + 127) / 128, .block = fp8 ? 128 : 0, .pdl = v.pdl,
-                     .tile_cols = v.cols, .tile_unroll = v.unroll};
+    GemvArgs a{.x = x, .ldx = shape.k, .w = weights[i], .ldw = shape.k, .out = out,
+               .ldo = shape.n, .m = m, .n = shape.n, .k = shape.k, .scales = scales,
+               .scale_cols = (shape.k + 127) / 128, .block = fp8 ? 128 : 0, .pdl = v.pdl,
+               .tile_cols = v.cols, .tile_unroll = v.unroll};
+    if (v.fused) {
+      a.x = x_src;
+      a.norm = {.residual = v.add ? residual : nullptr,
+                .ld_residual = shape.k,
+                .residual_out = v.add ? residual_out : nullptr,
+                .ld_residual_out = shape.k,
+                .normed = x,
+                .ld_normed = shape.k,
+                .weight = norm_weight};
+    }
     if (!xserv::kernels::cuda::GemvSupports(a)) {
       std::fprintf(stderr, "GEMV does not support m=%d n=%d k=%d\n", m, shape.n, shape.k);
       std::exit(1);
@@ -156,6 +181,13 @@ int main(int argc, char** argv) {
   if (!fp8) variants.push_back({.name = "chain-cublas", .cublas = true, .chain = true});
   variants.push_back({.name = "chain-gemv", .chain = true});
   variants.push_back({.name = "chain-gemv-pdl", .pdl = true, .chain = true});
+  variants.push_back({.name = "chain-norm-pdl", .pdl = true, .chain = true, .norm_pdl = true});
+  variants.push_back(
+      {.name = "chain-add-pdl", .pdl = true, .chain = true, .norm_pdl = true, .add = true});
+  if (fp8) {  // the GEMV's norm prologue is FP8-only (gemv.h)
+    variants.push_back({.name = "fused-norm-pdl", .pdl = true, .fused = true});
+    variants.push_back({.name = "fused-add-pdl", .pdl = true, .add = true, .fused = true});
+  }
 
   auto cublas = GemmRunner::Create({});
   if (!cublas.ok()) {
@@ -186,7 +218,7 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&r.scales), scale_bytes));
       CHECK_CUDA(cudaMemset(r.scales, 0x3c, scale_bytes));  // 0.0115
     }
-    for (void** p : {&r.x, &r.x_src}) {
+    for (void** p : {&r.x, &r.x_src, &r.residual, &r.residual_out}) {
       CHECK_CUDA(cudaMalloc(p, 8LL * shape.k * 2));
       CHECK_CUDA(cudaMemset(*p, 0x3c, 8LL * shape.k * 2));
     }
@@ -211,7 +243,8 @@ int main(int argc, char** argv) {
       }
     }
     for (void* w : r.weights) CHECK_CUDA(cudaFree(w));
-    for (void* p : {static_cast<void*>(r.scales), r.x, r.x_src, r.norm_weight, r.out}) {
+    for (void* p : {static_cast<void*>(r.scales), r.x, r.x_src, r.norm_weight, r.residual,
+                    r.residual_out, r.out}) {
       CHECK_CUDA(cudaFree(p));
     }
   }

@@ -50,7 +50,9 @@ Generation Generate(const std::vector<std::unique_ptr<Harness>>& stages,
   }
 }
 
-// `pp` stages of TP rank `tp_rank` (of `tp`), with their TP group communicators `comms`.
+// `pp` stages of TP rank `tp_rank` (of `tp`), with their TP group communicators `comms`. Odd
+// stages take the fused pre-norm path (CpuBackendOptions::fuse_norm_matmul: the residual stream
+// alternating between two buffers), so hand-offs from and to it are covered.
 std::vector<std::unique_ptr<Harness>> LoadStages(const std::string& dir, int tp, int tp_rank,
                                                  int pp, const CommPerStage& comms) {
   std::vector<std::unique_ptr<Harness>> stages;
@@ -63,7 +65,8 @@ std::vector<std::unique_ptr<Harness>> LoadStages(const std::string& dir, int tp,
                                                    .tp_comm = tp > 1 ? comms[s].get() : nullptr,
                                                    .pp_rank = s,
                                                    .pp_size = pp},
-                                  /*num_threads=*/1));
+                                  /*num_threads=*/1, /*num_blocks=*/64, /*block_size=*/16,
+                                  KvLayout{}, /*fuse_norms=*/s % 2 == 1));
     if (!stages.back()->ok()) return {};
   }
   return stages;

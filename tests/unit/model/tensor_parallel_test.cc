@@ -76,11 +76,13 @@ std::vector<Generation> GenerateSharded(const std::string& model, int tp,
                                 .timeout = std::chrono::seconds(20)});
       ASSERT_TRUE(comm.ok()) << "rank " << rank << ": " << comm.status();
       comms[rank] = std::move(*comm);
+      // Odd ranks take the fused pre-norm path (CpuBackendOptions::fuse_norm_matmul).
       Harness h(
           ModelDir(model),
           ModelLoadOptions{
               .max_num_tokens = 256, .tp_rank = rank, .tp_size = tp, .tp_comm = comms[rank].get()},
-          /*num_threads=*/1);
+          /*num_threads=*/1, /*num_blocks=*/64, /*block_size=*/16, KvLayout{},
+          /*fuse_norms=*/rank % 2 == 1);
       ASSERT_TRUE(h.ok()) << "rank " << rank;
       EXPECT_EQ(h.model().rank_config().num_heads, h.model().config().num_heads / tp);
       out[rank] = Generate(h, prompt);
