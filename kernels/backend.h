@@ -103,7 +103,9 @@ struct Fp8Weight {
   int64_t block = 128;
 };
 
-// A block's pre-norm ahead of its first projection (Backend::AddRmsNormMatmul).
+// A block's pre-norm ahead of its first projection (Backend::AddRmsNormMatmul). What the op
+// writes (residual_out, normed, the projection's out) overlaps neither x nor residual nor each
+// other.
 struct PreNorm {
   Tensor x;             // [R, H]: the previous block's output
   Tensor residual;      // [R, H]: the residual stream before it (only read)
@@ -185,9 +187,9 @@ class Backend {
   // the matmul; a backend may fuse them (CUDA: the decode GEMV normalises in its prologue).
   virtual absl::Status AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w,
                                         const Tensor* bias, const Tensor& out);
-  // Whether AddRmsNormMatmul costs less than AddRmsNorm and then the matmul (CUDA with
-  // --fuse-norm-gemv). The models then hand each block's pre-norm to its first projection, and
-  // the residual stream alternates between two buffers.
+  // Whether the models should hand each block's pre-norm to its first projection
+  // (AddRmsNormMatmul), their residual stream then alternating between two buffers: CUDA with
+  // --fuse-norm-gemv and FP8 weights, whose single-row GEMV then does the norm too.
   virtual bool FusesNormIntoMatmul() const { return false; }
   // out[L, H] = x[idx[l], :]; idx i32 [L].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) = 0;

@@ -85,9 +85,10 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
 }
 
 #if XSERV_HAVE_CUDA
-// The CUDA backend's options for device 0 with these kernel choices.
+// The CUDA backend's options for device 0 with these kernel choices; `fp8_matmuls`: the model
+// keeps FP8 weights (the norm prologue is for those only, gemv.h GemvNorm).
 inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
-                                                       bool batch_invariant) {
+                                                       bool batch_invariant, bool fp8_matmuls) {
   return {.device = 0,
           .batch_invariant = batch_invariant,
           .gemv = k.gemv,
@@ -99,7 +100,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,
-          .fuse_norm_gemv = k.fuse_norm_gemv,
+          .fuse_norm_gemv = k.fuse_norm_gemv && fp8_matmuls,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_gemv_mma = k.fp8_gemv_mma};
 }

@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateBackend(const WorkerFlag
     auto runtime = cuda::QueryRuntime();
     if (runtime.ok()) spdlog::info("{}", cuda::Describe(*runtime));
     ASSIGN_OR_RETURN(auto backend, kernels::cuda::CudaBackend::Create(
-                                       CudaOptionsOf(f.kernels, f.batch_invariant)));
+                                       CudaOptionsOf(f.kernels, f.batch_invariant, f.fp8_matmuls)));
     return std::unique_ptr<kernels::Backend>(std::move(backend));
   }
 #endif

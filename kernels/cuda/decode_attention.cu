@@ -50,8 +50,8 @@ constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fr
 // pairs, prefill sequences included, >= 1024. At head_dim 64 (gpt-oss; 3 deep CTAs fit already)
 // the switch was not measured on its own: gpt-oss b=256 ran 12.84 -> 12.30 ms with all of the
 // session's changes together. The FP8 cache switches at the same count: Qwen3-8B FP8 W8A8 + FP8
-// KV, b=256 11.90-11.95 -> 10.76-10.77 ms, b=64 (512 pairs: deep, unpadded rows) 5.88 -> 5.93
-// (session 16).
+// KV, b=256 11.90-11.95 -> 10.76-10.77 ms (session 16; at b=64, 512 pairs on the deep ring,
+// unpadded code rows measured 5.88 -> 5.93, so that ring keeps its pad: Layout::kCodeLd).
 constexpr int kDeepStages = 3;
 constexpr int kShallowStages = 2;
 constexpr int kShallowMinPairs = 1024;
@@ -64,9 +64,10 @@ struct Layout {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
   static constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
-  // Code rows unpadded (a warp's 16-byte copies and its conversion reads are contiguous either
-  // way), so a 2-deep FP8 ring (73 KB at head_dim 128) fits 3 CTAs per SM.
-  static constexpr int kCodeLd = kDim;  // bytes of a code row (16-byte aligned rows)
+  // Bytes of a code row (16-byte aligned rows). Unpadded in the 2-deep ring, which then fits 3
+  // CTAs per SM (73 KB at head_dim 128); the 3-deep ring keeps the pad, measured ahead of unpadded
+  // rows there (Qwen3-8B b=64 5.88 vs 5.93 ms, session 16).
+  static constexpr int kCodeLd = kStages == kShallowStages ? kDim : kDim + 16;
   static constexpr int kRowBytes = kFp8 ? kCodeLd : kLd * 2;  // a key row in a stage
   static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
@@ -460,16 +461,11 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
   if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
   const bool shallow = int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs;
   if (args.k_scale != nullptr) {
-    if (shallow) {
-      return args.head_dim == 64 ? LaunchDecode<64, true, kShallowStages>(args, stream)
-                                 : LaunchDecode<128, true, kShallowStages>(args, stream);
-    }
-    return LaunchForHeadDim<true, kDeepStages>(args, stream);
+    return shallow ? LaunchForHeadDim<true, kShallowStages>(args, stream)
+                   : LaunchForHeadDim<true, kDeepStages>(args, stream);
   }
-  if (int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs) {
-    return LaunchForHeadDim<false, kShallowStages>(args, stream);
-  }
-  return LaunchForHeadDim<false, kDeepStages>(args, stream);
+  return shallow ? LaunchForHeadDim<false, kShallowStages>(args, stream)
+                 : LaunchForHeadDim<false, kDeepStages>(args, stream);
 }
 
 }  // namespace xserv::kernels::cuda

@@ -14,8 +14,10 @@ namespace xserv::kernels::cuda {
 inline int64_t Fp8ActScaleStride(int64_t rows) { return (rows + 3) / 4 * 4; }
 
 // x bf16 [rows, cols] (row stride ldx), cols % 128 == 0 -> codes E4M3 [rows, cols] (contiguous)
-// and scales f32 in the layout above (cols / 128 groups).
+// and scales f32 in the layout above (cols / 128 groups). `pdl`: launched with programmatic
+// dependent launch (pdl.cuh).
 cudaError_t LaunchQuantizeFp8Rows(const void* x, int64_t ldx, int64_t rows, int64_t cols,
-                                  uint8_t* codes, float* scales, cudaStream_t stream);
+                                  uint8_t* codes, float* scales, cudaStream_t stream,
+                                  bool pdl = false);
 
 }  // namespace xserv::kernels::cuda

@@ -37,6 +37,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kChunk = 8;  // bf16 per 16-byte load
+static_assert(kThreads == kRmsNormVecThreads, "the norm prologue repeats the norm kernel's split");
 
 // The 8 (bf16) or 16 (FP8 E4M3) weights of one 16-byte load as floats.
 template <bool kFp8>
@@ -339,6 +340,7 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
       return LaunchWith<kRows, 2, 4, kFp8, false, true>(a, stream);
     }
   }
+  if (a.norm.weight != nullptr) return cudaErrorInvalidValue;  // never a GEMV without its norm
   return LaunchTile<kRows, kFp8, kGlu>(a, cols, unroll, stream);
 }
 
@@ -383,6 +385,7 @@ bool GemvSupports(const GemvArgs& a) {
 }
 
 cudaError_t LaunchGemv(const GemvArgs& a, cudaStream_t stream) {
+  if (a.norm.weight != nullptr && !GemvSupports(a)) return cudaErrorInvalidValue;
   if (a.glu) {
     return GemvSupports(a) ? Launch<1, false, true>(a, stream) : cudaErrorInvalidValue;
   }

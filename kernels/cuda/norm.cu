@@ -19,6 +19,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 constexpr int kShortRowCols = 512;
+static_assert(kThreads == kRmsNormVecThreads, "the GEMV's norm prologue repeats this split");
 
 struct RowSlot {
   int64_t row;      // row this thread works on (>= rows: idle)
@@ -213,7 +214,6 @@ cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream) {
   }
   return LaunchMaybePdl(RmsNormKernel<kThreads / kWarpSize>, rows, kThreads, 0, stream, args.pdl,
                         args);
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchLayerNorm(const NormArgs& args, cudaStream_t stream) {

@@ -3,6 +3,7 @@
 // and the same GEMM.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -80,6 +81,29 @@ absl::Status CheckDenseMatmul(const char* op, const Tensor& x, const Tensor& w, 
   call.w = w.data;
   ASSIGN_OR_RETURN(call.ldw, LeadingDim(op, "w", w));
   return absl::OkStatus();
+}
+
+// out = x · w^T (+ bias) with an FP8 weight: the checks of MatmulFp8 and AddRmsNormMatmul, and
+// `call` filled from them (its w left to the caller).
+absl::Status CheckFp8Matmul(const char* op, const Tensor& x, const Fp8Weight& w,
+                            const Tensor* bias, const Tensor& out, GemmCall& call) {
+  RETURN_IF_ERROR(ExpectCuda(op, "FP8 codes", w.codes));
+  RETURN_IF_ERROR(ExpectCuda(op, "FP8 scales", w.scales));
+  RETURN_IF_ERROR(ExpectRank(op, "FP8 codes", w.codes, 2));
+  RETURN_IF_ERROR(CheckMatmulIo(op, x, w.codes.dim(0), bias, out, call));
+  return ExpectFp8Weight(op, w.codes, w.scales, w.block, x.dim(1));
+}
+
+// Whether the byte ranges of two row-major rank-2 tensors intersect.
+bool Overlap(const Tensor& a, const Tensor& b) {
+  const auto range = [](const Tensor& t) {
+    const char* begin = static_cast<const char*>(t.data);
+    const int64_t elems = t.dim(0) == 0 ? 0 : (t.dim(0) - 1) * t.stride(0) + t.dim(1);
+    return std::pair{begin, begin + elems * static_cast<int64_t>(DTypeSize(t.dtype))};
+  };
+  const auto [a0, a1] = range(a);
+  const auto [b0, b1] = range(b);
+  return a0 < b1 && b0 < a1;
 }
 
 // MatmulFp8 of rows this few may stream the FP8 weights through a GEMV.
@@ -161,12 +185,8 @@ absl::Status CudaBackend::MatmulSiluMul(const Tensor& x, const Tensor& w, const 
 absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias,
                                     const Tensor& out) {
   constexpr const char* kOp = "MatmulFp8";
-  RETURN_IF_ERROR(ExpectCuda(kOp, "FP8 codes", w.codes));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "FP8 scales", w.scales));
-  RETURN_IF_ERROR(ExpectRank(kOp, "FP8 codes", w.codes, 2));
   GemmCall call;
-  RETURN_IF_ERROR(CheckMatmulIo(kOp, x, w.codes.dim(0), bias, out, call));
-  RETURN_IF_ERROR(ExpectFp8Weight(kOp, w.codes, w.scales, w.block, x.dim(1)));
+  RETURN_IF_ERROR(CheckFp8Matmul(kOp, x, w, bias, out, call));
   const int64_t n = call.n, k = call.k;
   if (call.m == 0 || n == 0) return absl::OkStatus();
   // Decode rows: stream the FP8 weights once (half the bytes of bf16), whatever
@@ -215,20 +235,33 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
     return OpError(kOp, "give exactly one of a dense and an FP8 weight");
   }
   RETURN_IF_ERROR(ExpectAddRmsNormOperands(kOp, p.x, p.residual, p.weight, p.normed));
+  RETURN_IF_ERROR(ExpectRank(kOp, "x", p.x, 2));
   RETURN_IF_ERROR(ExpectCuda(kOp, "residual_out", p.residual_out));
   RETURN_IF_ERROR(ExpectDType(kOp, "residual_out", p.residual_out, DType::kBF16));
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "residual_out", p.residual_out));
   RETURN_IF_ERROR(ExpectSameShape(kOp, p.x, p.residual_out));
-  if (p.residual_out.data == p.residual.data || p.residual_out.data == p.x.data) {
-    return OpError(kOp, "residual_out must not overlap residual or x");
+  // Everything checked before the first launch: no half-done op on bad input.
+  GemmCall call;
+  if (w.dense != nullptr) {
+    RETURN_IF_ERROR(CheckDenseMatmul(kOp, p.normed, *w.dense, bias, out, call));
+  } else {
+    RETURN_IF_ERROR(CheckFp8Matmul(kOp, p.normed, *w.fp8, bias, out, call));
+  }
+  // A fused kernel reads x and residual in every CTA while one CTA writes the others.
+  for (const Tensor* in : {&p.x, &p.residual}) {
+    for (const Tensor* written : {&p.residual_out, &p.normed, &out}) {
+      if (Overlap(*in, *written)) {
+        return OpError(kOp, "residual_out, normed and out must not overlap x or residual");
+      }
+    }
+  }
+  if (Overlap(p.residual_out, p.normed) || Overlap(p.residual_out, out) ||
+      Overlap(p.normed, out)) {
+    return OpError(kOp, "residual_out, normed and out must not overlap each other");
   }
   // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
   // on normed, given the norm as its prologue.
-  if (options_.fuse_norm_gemv && w.fp8 != nullptr && p.x.rank == 2 && p.x.dim(0) == 1) {
-    GemmCall call;
-    RETURN_IF_ERROR(CheckMatmulIo(kOp, p.normed, w.fp8->codes.dim(0), bias, out, call));
-    RETURN_IF_ERROR(
-        ExpectFp8Weight(kOp, w.fp8->codes, w.fp8->scales, w.fp8->block, p.normed.dim(1)));
+  if (options_.fuse_norm_gemv && w.fp8 != nullptr && call.m == 1) {
     if (std::optional<GemvArgs> gemv = Fp8CudaCoreGemv(call, *w.fp8)) {
       const RowsView x = AsRows(p.x), residual = AsRows(p.residual),
                      residual_out = AsRows(p.residual_out), normed = AsRows(p.normed);
@@ -289,7 +322,7 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
                                                  " n=", n, " k=", k));
   }
   RETURN_IF_ERROR(Launched(kOp, LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales,
-                                                      stream_)));
+                                                      stream_, options_.pdl_decode_kernels)));
   RETURN_IF_ERROR(gemm_->RunFp8(gemm, stream_));
   if (gemm.out != call.out) {
     RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(call.out, static_cast<size_t>(call.ldo) * 2, gemm.out,

@@ -1,12 +1,15 @@
 // The steps of an add + RMSNorm over a row of 16-byte bf16 vectors. RmsNormVecKernel (norm.cu)
 // and the GEMV's norm prologue (gemv.cu, GemvArgs::norm) both run them with thread t of a
-// 256-thread CTA taking vectors t, t + 256, ... in order and CtaSum over its 8 warps, so the two
-// give the same bits.
+// kRmsNormVecThreads-thread CTA taking vectors t, t + kRmsNormVecThreads, ... in order and CtaSum
+// over its warps, so the two give the same bits.
 #pragma once
 
 #include "kernels/cuda/common.cuh"
 
 namespace xserv::kernels::cuda {
+
+// Both kernels' CTA size (each static_asserts its own against it).
+inline constexpr int kRmsNormVecThreads = 256;
 
 // residual + x, rounded to bf16 as the residual stream stores it (the returned vector); `v`
 // gets the stored values as floats, which is what the norm then normalises.

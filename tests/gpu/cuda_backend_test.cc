@@ -10,6 +10,9 @@
 #include "kernels/fp8.h"
 #include "kernels/mxfp4.h"
 #include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/op_util.h"
 #include "kernels/cuda/moe_mxfp4.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -709,12 +712,15 @@ TEST_F(Mxfp4Experts, AddRmsNormFusedEqualsTheTwoOps) {
 // bias), and where the separate ops run: FP8 at 2 rows (the CUDA-core GEMV) and 3 (the
 // tensor-core one), bf16 weights (Qwen3-8B's qkv at one row; 16 rows: cuBLASLt), a hidden size
 // of 96 (the norm kernel's warp form, which the GEMV does not repeat). Both backends launch with
-// PDL, as the decode graphs do.
+// PDL, as the decode graphs do; the fused one's op profile tells which form ran.
 TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
   auto two_ops = CudaBackend::Create(
       CudaBackendOptions{.device = 0, .pdl = true, .pdl_decode_kernels = true});
-  auto fused = CudaBackend::Create(CudaBackendOptions{
-      .device = 0, .pdl = true, .pdl_decode_kernels = true, .fuse_norm_gemv = true});
+  auto fused = CudaBackend::Create(CudaBackendOptions{.device = 0,
+                                                      .pdl = true,
+                                                      .pdl_decode_kernels = true,
+                                                      .fuse_norm_gemv = true,
+                                                      .profile_ops = true});
   ASSERT_TRUE(two_ops.ok() && fused.ok());
   std::mt19937 rng(16);
   struct Case {
@@ -770,14 +776,22 @@ TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
       const Tensor out = Poisoned({c.rows, c.n}).cuda;
       EXPECT_TRUE(cuda().Synchronize().ok());
       const MatmulWeight w = c.fp8 ? MatmulWeight{.fp8 = &fp8} : MatmulWeight{.dense = &dense};
+      // The op profile times what runs between two holds (the second collects it).
+      EXPECT_TRUE(b.HoldForProfile(10).ok());
       const absl::Status st = b.AddRmsNormMatmul(norm, w, bias, out);
       EXPECT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(b.HoldForProfile(10).ok());
       EXPECT_TRUE(b.Synchronize().ok());
       EXPECT_EQ(DownloadCuda(norm.residual), residual_values);  // only read
       return Result{DownloadCuda(norm.residual_out), DownloadCuda(norm.normed),
                     DownloadCuda(out)};
     };
     const Result want = separate(**two_ops), got = one_op(**fused);
+    const auto profile = (*fused)->TakeOpProfile();
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    bool one_kernel = false;
+    for (const OpTime& op : *profile) one_kernel |= op.op.rfind("AddRmsNormMatmul", 0) == 0;
+    EXPECT_EQ(one_kernel, c.fp8 && c.rows == 1 && h > 512);
     const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
       return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
     };
@@ -786,17 +800,75 @@ TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
     EXPECT_TRUE(same_bits(want.out, got.out));
     EXPECT_FALSE(std::isnan(got.out[0]));
   }
-  // residual_out may not be the residual itself (every CTA reads it while one writes the sum).
+  // No written operand may overlap x or residual (every CTA reads them while one writes), nor
+  // another written one; a weight is required; x of rank 3 is refused before any launch.
   const Tensor rows = Upload(RandomBf16(4096, rng), {1, 4096}).cuda;
   const Tensor w = Upload(RandomBf16(4096, rng), {4096}).cuda;
   const Tensor wm = Upload(RandomBf16(64 * 4096, rng), {64, 4096}).cuda;
   const Tensor out = Poisoned({1, 64}).cuda;
-  const PreNorm in_place{.x = Poisoned({1, 4096}).cuda, .residual = rows, .residual_out = rows,
-                         .weight = w, .normed = Poisoned({1, 4096}).cuda};
-  EXPECT_EQ((*fused)->AddRmsNormMatmul(in_place, MatmulWeight{.dense = &wm}, nullptr, out).code(),
+  const PreNorm ok{.x = Poisoned({1, 4096}).cuda, .residual = rows,
+                   .residual_out = Poisoned({1, 4096}).cuda, .weight = w,
+                   .normed = Poisoned({1, 4096}).cuda};
+  PreNorm in_place = ok, normed_is_x = ok, normed_is_sum = ok;
+  in_place.residual_out = rows;
+  normed_is_x.normed = ok.x;
+  normed_is_sum.normed = ok.residual_out;
+  for (const PreNorm* bad : {&in_place, &normed_is_x, &normed_is_sum}) {
+    EXPECT_EQ((*fused)->AddRmsNormMatmul(*bad, MatmulWeight{.dense = &wm}, nullptr, out).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ((*fused)->AddRmsNormMatmul(ok, MatmulWeight{}, nullptr, out).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*fused)->AddRmsNormMatmul(in_place, MatmulWeight{}, nullptr, out).code(),
+  PreNorm rank3 = ok;
+  rank3.x = ok.x.UnflattenLast(32, 128);
+  rank3.residual = rows.UnflattenLast(32, 128);
+  rank3.residual_out = ok.residual_out.UnflattenLast(32, 128);
+  rank3.normed = ok.normed.UnflattenLast(32, 128);
+  EXPECT_EQ((*fused)->AddRmsNormMatmul(rank3, MatmulWeight{.dense = &wm}, nullptr, out).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::isnan(DownloadCuda(ok.residual_out)[0]));  // nothing launched
+  ASSERT_TRUE((*fused)->TakeOpProfile().ok());
+}
+
+// The GEMV's norm prologue without a residual (GemvNorm::residual null: RmsNorm(x) * weight) at
+// the kernel level, against the norm kernel and then the GEMV: normed and output bit for bit.
+TEST_F(CudaOps, GemvNormPrologueWithoutResidualEqualsTheNormKernel) {
+  std::mt19937 rng(17);
+  const int64_t n = 512, k = 4096;
+  const Tensor x = Upload(RandomBf16(k, rng, -3, 3), {1, k}).cuda;
+  const Tensor weight = Upload(RandomBf16(k, rng, 0.5f, 1.5f), {k}).cuda;
+  std::vector<float> w_values(n * k);
+  for (float& v : w_values) v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
+  const Fp8Blocks q = QuantizeFp8Blocks(w_values, n, k, 128);
+  const Tensor codes = Keep(cuda().Allocate(DType::kU8, {n, k}));
+  ASSERT_TRUE(cuda().CopyFromHost(q.codes.data(), codes).ok());
+  const Tensor scales = Upload(q.scale_inv, {n / 128, k / 128}, DType::kF32).cuda;
+  const Tensor normed_ref = Poisoned({1, k}).cuda, out_ref = Poisoned({1, n}).cuda;
+  const Tensor normed = Poisoned({1, k}).cuda, out = Poisoned({1, n}).cuda;
+  ASSERT_TRUE(cuda().Synchronize().ok());
+  const NormArgs norm{.x = AsRows(x), .out = AsRows(normed_ref), .weight = weight.data};
+  ASSERT_EQ(LaunchRmsNorm(norm, cuda().stream()), cudaSuccess);
+  GemvArgs gemv{.x = normed_ref.data, .ldx = k, .w = codes.data, .ldw = k, .out = out_ref.data,
+                .ldo = n, .m = 1, .n = static_cast<int>(n), .k = static_cast<int>(k),
+                .scales = scales.as<float>(), .scale_cols = k / 128, .block = 128};
+  ASSERT_EQ(LaunchGemv(gemv, cuda().stream()), cudaSuccess);
+  gemv.x = x.data;
+  gemv.out = out.data;
+  gemv.norm = GemvNorm{.normed = normed.data, .ld_normed = k, .weight = weight.data};
+  ASSERT_TRUE(GemvSupports(gemv));
+  ASSERT_EQ(LaunchGemv(gemv, cuda().stream()), cudaSuccess);
+  ASSERT_TRUE(cuda().Synchronize().ok());
+  const std::vector<float> want_normed = DownloadCuda(normed_ref), got_normed = DownloadCuda(normed);
+  const std::vector<float> want_out = DownloadCuda(out_ref), got_out = DownloadCuda(out);
+  EXPECT_EQ(std::memcmp(want_normed.data(), got_normed.data(), k * 4), 0);
+  EXPECT_EQ(std::memcmp(want_out.data(), got_out.data(), n * 4), 0);
+  EXPECT_FALSE(std::isnan(got_out[0]));
+  // A norm the kernel does not take (bf16 weights) is refused, not run as a plain GEMV.
+  GemvArgs bf16 = gemv;
+  bf16.scales = nullptr;
+  bf16.block = 0;
+  EXPECT_FALSE(GemvSupports(bf16));
+  EXPECT_EQ(LaunchGemv(bf16, cuda().stream()), cudaErrorInvalidValue);
 }
 
 TEST_F(CudaOps, RejectsWrongDtypesAndShapes) {

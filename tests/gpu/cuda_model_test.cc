@@ -449,6 +449,9 @@ TEST_P(CudaModel, PipelineStageGraphsEqualDirectSteps) {
 // tensor-core FP8 GEMV after the out-of-place norm kernel), and bf16 weights (the separate
 // kernels on the fused path's buffers) too.
 TEST(CudaModelFusedNorms, StepsEqualTheSeparateNorms) {
+  auto info = xserv::cuda::QueryRuntime();
+  ASSERT_TRUE(info.ok()) << info.status();
+  if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
   const std::string tokenizer = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/qwen3";
   if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) {
     GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
@@ -462,6 +465,10 @@ TEST(CudaModelFusedNorms, StepsEqualTheSeparateNorms) {
                                               .tokenizer_dir = tokenizer,
                                               .out_dir = dir,
                                               .hidden_size = 1024});
+  struct RemoveAtExit {
+    std::string dir;
+    ~RemoveAtExit() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
   ASSERT_TRUE(made.ok()) << made;
   const kernels::cuda::CudaBackendOptions plain{.device = 0,
                                                 .gemv = true,
@@ -515,7 +522,6 @@ TEST(CudaModelFusedNorms, StepsEqualTheSeparateNorms) {
       }
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaModel,

@@ -357,13 +357,14 @@ GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
 }
 
 absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfig& c,
-                                              int64_t max_tokens, int64_t mlp_width) {
+                                              int64_t max_tokens, int64_t mlp_width,
+                                              bool residual_spare) {
   absl::Status status;
   Workspace ws;
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   ws.normed = AllocRows(backend, max_tokens, c.hidden_size, status);
   ws.residual = AllocRows(backend, max_tokens, c.hidden_size, status);
-  if (backend.FusesNormIntoMatmul()) {
+  if (residual_spare && backend.FusesNormIntoMatmul()) {
     ws.residual_spare = AllocRows(backend, max_tokens, c.hidden_size, status);
   }
   ws.qkv = AllocRows(backend, max_tokens, q_dim + 2 * kv_dim, status);

@@ -128,8 +128,10 @@ struct Workspace {
   };
   QkvViews Qkv(int64_t tokens, int64_t q_dim, int64_t kv_dim, bool stacked) const;
 
+  // `residual_spare`: allocate it when the backend fuses the pre-norms (models that use it).
   static absl::StatusOr<Workspace> Allocate(Backend& backend, const ModelConfig& config,
-                                            int64_t max_tokens, int64_t mlp_width);
+                                            int64_t max_tokens, int64_t mlp_width,
+                                            bool residual_spare = false);
 };
 
 // q/k/v projections (+bias, QK-norm, RoPE), KV write and paged attention, then the output

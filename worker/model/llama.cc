@@ -62,7 +62,8 @@ class LlamaModel final : public Model {
     }
     ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
     const ModelConfig& rc = rank_config();
-    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size));
+    ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size,
+                                              /*residual_spare=*/true));
     return absl::OkStatus();
   }
 
@@ -92,8 +93,12 @@ class LlamaModel final : public Model {
         RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, weight.view(), eps, normed));
         return std::nullopt;
       }
-      const kernels::PreNorm norm{.x = block_out, .residual = residual, .residual_out = spare,
-                         .weight = weight.view(), .eps = eps, .normed = normed};
+      const kernels::PreNorm norm{.x = block_out,
+                                  .residual = residual,
+                                  .residual_out = spare,
+                                  .weight = weight.view(),
+                                  .eps = eps,
+                                  .normed = normed};
       std::swap(residual, spare);
       return norm;
     };

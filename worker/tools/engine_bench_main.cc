@@ -374,7 +374,7 @@ absl::Status Run(const BenchConfig& cfg) {
 #if XSERV_HAVE_CUDA
   } else if (cfg.backend == "cuda") {
     xserv::kernels::cuda::CudaBackendOptions options =
-        xserv::worker::CudaOptionsOf(cfg.kernels, cfg.batch_invariant);
+        xserv::worker::CudaOptionsOf(cfg.kernels, cfg.batch_invariant, cfg.fp8_matmuls);
     options.invariant_reference_rows = cfg.invariant_reference_rows;
     options.profile_ops = cfg.profile_ops;
     ASSIGN_OR_RETURN(auto cuda, xserv::kernels::cuda::CudaBackend::Create(options));

@@ -246,7 +246,8 @@ absl::Status MakeModel(const MakeModelOptions& options) {
       (options.hidden_size > 0 && options.arch != ModelArch::kQwen3 &&
        options.arch != ModelArch::kLlama)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "MakeModel: hidden_size must be a positive multiple of 8, for qwen3 and llama only; got ",
+        "MakeModel: hidden_size must be 0 or a positive multiple of 8, for qwen3 and llama only; "
+        "got ",
         options.hidden_size));
   }
   if (options.num_layers < 0) {

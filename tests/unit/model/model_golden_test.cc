@@ -135,6 +135,9 @@ TEST_P(ModelGolden, GreedyContinuationMatchesHf) {
 // logits of the separate norms exactly, for a prompt and the decode steps after it, two
 // sequences per step.
 TEST_P(ModelGolden, FusedPreNormsGiveTheSameLogits) {
+  if (GetParam() == "gpt2-tiny" || GetParam() == "gpt-oss-tiny-mxfp4") {
+    GTEST_SKIP() << "only the Llama family hands its pre-norms to the projections";
+  }
   const ModelLoadOptions options{.max_num_tokens = 256};
   Harness plain(ModelDir(GetParam()), options, /*num_threads=*/2);
   Harness fused(ModelDir(GetParam()), options, /*num_threads=*/2, /*num_blocks=*/64,
