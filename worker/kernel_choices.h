@@ -20,6 +20,7 @@ struct KernelChoices {
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
   bool fuse_norm_gemv = true;      // each block's add + RMSNorm in its first FP8 decode GEMV
+  bool fuse_norm_quant = false;    // that norm writes the W8A8 activation codes too
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 3 rows
@@ -55,6 +56,11 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "RMSNorm is computed by its first projection's FP8 GEMV while it stages its "
                  "input: a kernel fewer per block, bit-identical (bf16 weights measured slower "
                  "fused and keep the norm kernel)")
+      ->capture_default_str();
+  app.add_option("--fuse-norm-quant", k.fuse_norm_quant,
+                 "cuda, experimental, with --fp8-matmuls and --fp8-w8a8: above 8 rows the norm "
+                 "ahead of each block's first projection writes the W8A8 activation codes too, "
+                 "instead of the quantiser kernel after it (bit-identical; not yet measured)")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
@@ -101,6 +107,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,
           .fuse_norm_gemv = k.fuse_norm_gemv && fp8_matmuls,
+          .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_gemv_mma = k.fp8_gemv_mma};
 }

@@ -26,6 +26,8 @@
 
 namespace xserv::kernels::cuda {
 
+struct NormArgs;  // norm.h
+
 struct CudaBackendOptions {
   int device = 0;
   // Debug / self-check mode: synchronise after every op and return the first device error with
@@ -69,6 +71,10 @@ struct CudaBackendOptions {
   // the norm kernel and then the GEMV; the models then pass each block's pre-norm to its first
   // projection (Backend::FusesNormIntoMatmul). bf16 weights keep the two kernels.
   bool fuse_norm_gemv = false;
+  // AddRmsNormMatmul with FP8 weights on the W8A8 GEMM (fp8_w8a8, more than kGemvMaxRows rows):
+  // the norm kernel also writes the FP8 codes and scales of its output (NormArgs::fp8_codes),
+  // bit-identical to the quantiser, which then does not run. Also makes FusesNormIntoMatmul true.
+  bool fuse_norm_quant = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
@@ -124,7 +130,9 @@ class CudaBackend final : public Backend {
                          const Tensor& out) override;
   absl::Status AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w, const Tensor* bias,
                                 const Tensor& out) override;
-  bool FusesNormIntoMatmul() const override { return options_.fuse_norm_gemv; }
+  bool FusesNormIntoMatmul() const override {
+    return options_.fuse_norm_gemv || options_.fuse_norm_quant;
+  }
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
@@ -193,8 +201,11 @@ class CudaBackend final : public Backend {
   // The CUDA-core GEMV's arguments for MatmulFp8 of `call`'s rows, when MatmulFp8 takes that
   // kernel for them (not the tensor-core GEMV, W8A8 or the decoded weight).
   std::optional<GemvArgs> Fp8CudaCoreGemv(const GemmCall& call, const Fp8Weight& w) const;
-  // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape.
-  absl::Status MatmulW8A8(const GemmCall& call, const Fp8Weight& w);
+  // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape. With
+  // `norm`, whose out is call.x, that norm kernel quantises x as it writes it (instead of the
+  // quantiser after it; RmsNormTakesFp8Codes must hold).
+  absl::Status MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
+                          const NormArgs* norm = nullptr);
   // check_each_op: the CPU backend's host-side checks of the step's attention metadata.
   absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
                                       const AttentionBatch& batch, int sliding_window);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rms_norm_vec.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -104,8 +105,34 @@ __global__ void __launch_bounds__(kThreads) LayerNormKernel(const __grid_constan
 // its columns, rounded to bf16 as LaunchMoeCombine would have stored it.
 constexpr int kVecElems = 8;
 
-template <int kVecs, bool kCombine>
+// NormArgs::fp8_codes: a 128-column group is 16 consecutive vectors, so the 16 lanes of a half
+// warp hold it (kThreads is a multiple of 16); its amax is their max (exact in any order), then
+// each lane writes its 8 codes and the group's first lane the scale, as fp8_quant.cu computes
+// them from the stored bf16 values.
+__device__ __forceinline__ void QuantizeNormedVector(const NormArgs& a, int64_t row, int c,
+                                                     const uint4& normed) {
+  float v[8];
+  UnpackBf16x8(normed, v);
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  const unsigned half = 0xffffu << (threadIdx.x % kWarpSize & 16);
+#pragma unroll
+  for (int offset = 8; offset > 0; offset >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(half, amax, offset));
+  }
+  const float scale = Fp8ScaleOf(amax);
+  uint32_t packed[2] = {0, 0};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) packed[e / 4] |= uint32_t{Fp8CodeOf(v[e], scale)} << (8 * (e % 4));
+  *reinterpret_cast<uint2*>(a.fp8_codes + row * a.x.cols + int64_t{c} * 8) =
+      make_uint2(packed[0], packed[1]);
+  if (c % 16 == 0) a.fp8_scales[(c / 16) * a.fp8_scale_stride + row] = scale;
+}
+
+template <int kVecs, bool kCombine, bool kQuant = false>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_constant__ NormArgs a) {
+  static_assert(!(kCombine && kQuant), "no W8A8 quantisation with a combine");
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t row = blockIdx.x;
   const int vecs = static_cast<int>(a.x.cols / kVecElems);
@@ -161,7 +188,9 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const __grid_consta
   for (int i = 0; i < kVecs; ++i) {
     const int c = threadIdx.x + i * kThreads;
     if (c >= vecs) continue;
-    out[c] = RmsScaleBf16x8(kWeightFirst ? wv[i] : w[c], v[i], inv);
+    const uint4 normed = RmsScaleBf16x8(kWeightFirst ? wv[i] : w[c], v[i], inv);
+    out[c] = normed;
+    if constexpr (kQuant) QuantizeNormedVector(a, row, c, normed);
   }
 }
 
@@ -189,6 +218,10 @@ bool RmsNormTakesVectors(int64_t cols) {
   return cols > kShortRowCols && cols % kVecElems == 0 && cols <= 8LL * kThreads * kVecElems;
 }
 
+bool RmsNormTakesFp8Codes(const NormArgs& args) {
+  return args.combine.y == nullptr && args.x.cols % 128 == 0 && VecsPerThread(args) > 0;
+}
+
 bool RmsNormTakesCombine(const NormArgs& args) {
   return args.residual.data != nullptr && VecsPerThread(args) > 0;
 }
@@ -201,6 +234,19 @@ cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream) {
     return LaunchMaybePdl(kernel, rows, kThreads, 0, stream, args.pdl, args);
   };
   const bool combine = args.combine.y != nullptr;
+  if (args.fp8_codes != nullptr) {
+    if (args.fp8_scales == nullptr || args.fp8_scale_stride < args.x.rows ||
+        !RmsNormTakesFp8Codes(args)) {
+      return cudaErrorInvalidValue;
+    }
+    switch (VecsPerThread(args)) {
+      case 1: return vec(RmsNormVecKernel<1, false, true>);
+      case 2: return vec(RmsNormVecKernel<2, false, true>);
+      case 4: return vec(RmsNormVecKernel<4, false, true>);
+      case 8: return vec(RmsNormVecKernel<8, false, true>);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   switch (VecsPerThread(args)) {
     case 1: return combine ? vec(RmsNormVecKernel<1, true>) : vec(RmsNormVecKernel<1, false>);
     case 2: return combine ? vec(RmsNormVecKernel<2, true>) : vec(RmsNormVecKernel<2, false>);

@@ -22,6 +22,14 @@ struct NormArgs {
   // RmsNorm with a residual only, where RmsNormTakesCombine: x's rows are the MoE combine of these
   // rows, rounded to bf16 exactly as LaunchMoeCombine stores them (moe_combine.cuh).
   MoeCombineRows combine;
+  // Non-null: the normalised rows also quantised for the W8A8 GEMM exactly as
+  // LaunchQuantizeFp8Rows would quantise `out` (fp8_quant.h: codes [rows, cols] contiguous, scales
+  // per row and 128 columns at fp8_scales[g * fp8_scale_stride + row], the stride
+  // Fp8ActScaleStride(rows)). RmsNorm rows the vector kernel takes (RmsNormTakesVectors),
+  // cols % 128 == 0, no combine.
+  uint8_t* fp8_codes = nullptr;
+  float* fp8_scales = nullptr;
+  int64_t fp8_scale_stride = 0;
 };
 
 // Whether LaunchRmsNorm takes `args` with a combine in place of x: rows of whole 16-byte
@@ -32,6 +40,10 @@ bool RmsNormTakesCombine(const NormArgs& args);
 // 16384, given 16-byte aligned rows and weight), whose steps the GEMV's norm prologue repeats
 // (rms_norm_vec.cuh): the rows the two compute alike.
 bool RmsNormTakesVectors(int64_t cols);
+
+// Whether LaunchRmsNorm takes `args` with NormArgs::fp8_codes set (the pointers aside): the
+// vector kernel's rows (aligned, RmsNormTakesVectors), cols % 128 == 0, no combine.
+bool RmsNormTakesFp8Codes(const NormArgs& args);
 
 // RMSNorm; with a residual, residual += x first (stored in bf16, in residual_out if given) and the
 // norm is of the stored sum.

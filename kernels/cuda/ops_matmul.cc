@@ -94,6 +94,14 @@ absl::Status CheckFp8Matmul(const char* op, const Tensor& x, const Fp8Weight& w,
   return ExpectFp8Weight(op, w.codes, w.scales, w.block, x.dim(1));
 }
 
+// Whether MatmulFp8 runs `call` as W8A8 when it has more rows than the GEMV takes: 128-blocks,
+// k / 128 a multiple of 4, n of 16, a bf16 output (fp8_w8a8, not batch-invariant).
+bool TakesW8A8(const CudaBackendOptions& options, const GemmCall& call, const Fp8Weight& w) {
+  return options.fp8_w8a8 && !options.batch_invariant && w.block == 128 && call.k % 128 == 0 &&
+         (call.k / 128) % 4 == 0 && call.n % 16 == 0 && call.out_type == ElemType::kBF16 &&
+         call.ldo % 8 == 0;
+}
+
 // Whether the byte ranges of two row-major rank-2 tensors intersect.
 bool Overlap(const Tensor& a, const Tensor& b) {
   const auto range = [](const Tensor& t) {
@@ -203,9 +211,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                              static_cast<double>(n * k));
     }
   }
-  if (options_.fp8_w8a8 && !options_.batch_invariant && w.block == 128 && k % 128 == 0 &&
-      (k / 128) % 4 == 0 && n % 16 == 0 && call.out_type == ElemType::kBF16 &&
-      call.ldo % 8 == 0) {
+  if (TakesW8A8(options_, call, w)) {
     const absl::Status w8a8 = MatmulW8A8(call, w);
     if (w8a8.ok()) return w8a8;
     if (!absl::IsUnimplemented(w8a8)) return w8a8;
@@ -281,7 +287,8 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
       }
     }
   }
-  // Otherwise the norm kernel with the sum out of place, then the matmul.
+  // Otherwise the norm kernel with the sum out of place, then the matmul: W8A8 with the norm
+  // writing the activation codes too (fuse_norm_quant), or the plain matmul op.
   const NormArgs args{.x = AsRows(p.x),
                       .residual = AsRows(p.residual),
                       .residual_out = AsRows(p.residual_out),
@@ -289,12 +296,18 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
                       .weight = p.weight.data,
                       .eps = p.eps,
                       .pdl = options_.pdl_decode_kernels};
+  if (options_.fuse_norm_quant && w.fp8 != nullptr && call.m > kGemvMaxRows &&
+      TakesW8A8(options_, call, *w.fp8) && RmsNormTakesFp8Codes(args)) {
+    const absl::Status w8a8 = MatmulW8A8(call, *w.fp8, &args);
+    if (!absl::IsUnimplemented(w8a8)) return w8a8;  // a refused shape runs the ops below
+  }
   RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(args, stream_)));
   return w.dense != nullptr ? Matmul(p.normed, *w.dense, bias, out)
                             : MatmulFp8(p.normed, *w.fp8, bias, out);
 }
 
-absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
+absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
+                                     const NormArgs* norm) {
   constexpr const char* kOp = "MatmulFp8";
   const int64_t m = call.m, n = call.n, k = call.k;
   // cuBLASLt reads the activation scales with the rows padded to 4: so is the GEMM's m. The pad
@@ -321,8 +334,16 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w) {
     return absl::UnimplementedError(absl::StrCat("MatmulFp8: W8A8 refused for m=", m_pad,
                                                  " n=", n, " k=", k));
   }
-  RETURN_IF_ERROR(Launched(kOp, LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales,
-                                                      stream_, options_.pdl_decode_kernels)));
+  if (norm != nullptr) {  // the norm writes x and its codes
+    NormArgs quantizing = *norm;
+    quantizing.fp8_codes = codes;
+    quantizing.fp8_scales = scales;
+    quantizing.fp8_scale_stride = m_pad;
+    RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(quantizing, stream_)));
+  } else {
+    RETURN_IF_ERROR(Launched(kOp, LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales,
+                                                        stream_, options_.pdl_decode_kernels)));
+  }
   RETURN_IF_ERROR(gemm_->RunFp8(gemm, stream_));
   if (gemm.out != call.out) {
     RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(call.out, static_cast<size_t>(call.ldo) * 2, gemm.out,
