@@ -188,8 +188,9 @@ class Backend {
   virtual absl::Status AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w,
                                         const Tensor* bias, const Tensor& out);
   // Whether the models should hand each block's pre-norm to its first projection
-  // (AddRmsNormMatmul), their residual stream then alternating between two buffers: CUDA with
-  // --fuse-norm-gemv and FP8 weights, whose single-row GEMV then does the norm too.
+  // (AddRmsNormMatmul), their residual stream then alternating between two buffers: CUDA with FP8
+  // weights and --fuse-norm-gemv (the single-row GEMV does the norm) or --fuse-norm-quant (the
+  // norm writes the W8A8 activation codes).
   virtual bool FusesNormIntoMatmul() const { return false; }
   // out[L, H] = x[idx[l], :]; idx i32 [L].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) = 0;

@@ -107,7 +107,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,
           .fuse_norm_gemv = k.fuse_norm_gemv && fp8_matmuls,
-          .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls,
+          .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_gemv_mma = k.fp8_gemv_mma};
 }

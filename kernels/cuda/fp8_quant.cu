@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int lane = threadIdx.x % kWarpSize;
   const int64_t m = item / groups, g = item % groups;
   const bf16* in = x + m * ldx + g * kGroup + lane * kPerLane;
-  bf16 raw[kPerLane];
+  alignas(8) bf16 raw[kPerLane];
   if constexpr (kVec) {
     *reinterpret_cast<uint2*>(raw) = *reinterpret_cast<const uint2*>(in);
   } else {

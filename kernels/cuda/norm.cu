@@ -116,7 +116,7 @@ __device__ __forceinline__ void QuantizeNormedVector(const NormArgs& a, int64_t 
   float amax = 0.0f;
 #pragma unroll
   for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
-  const unsigned half = 0xffffu << (threadIdx.x % kWarpSize & 16);
+  const unsigned half = 0xffffu << ((threadIdx.x % kWarpSize) & 16);
 #pragma unroll
   for (int offset = 8; offset > 0; offset >>= 1) {
     amax = fmaxf(amax, __shfl_xor_sync(half, amax, offset));
@@ -236,7 +236,8 @@ cudaError_t LaunchRmsNorm(const NormArgs& args, cudaStream_t stream) {
   const bool combine = args.combine.y != nullptr;
   if (args.fp8_codes != nullptr) {
     if (args.fp8_scales == nullptr || args.fp8_scale_stride < args.x.rows ||
-        !RmsNormTakesFp8Codes(args)) {
+        reinterpret_cast<uintptr_t>(args.fp8_codes) % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(args.fp8_scales) % 4 != 0 || !RmsNormTakesFp8Codes(args)) {
       return cudaErrorInvalidValue;
     }
     switch (VecsPerThread(args)) {

@@ -224,9 +224,10 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   // weight against 2 for weights decoded at load, so bandwidth-bound steps of more than 8 rows
   // are slower than BF16 until a W8A16 tensor-core GEMM exists (why --fp8-matmuls is opt-in).
   RETURN_IF_ERROR(Reserve(fp8_weight_, static_cast<size_t>(n * k) * 2));
-  RETURN_IF_ERROR(Launched(kOp, LaunchDequantizeFp8(w.codes.as<uint8_t>(), w.scales.as<float>(),
-                                                    n, k, w.scales.dim(1), w.block,
-                                                    fp8_weight_.view().data, stream_)));
+  RETURN_IF_ERROR(Launched(
+      "DequantizeFp8", LaunchDequantizeFp8(w.codes.as<uint8_t>(), w.scales.as<float>(), n, k,
+                                           w.scales.dim(1), w.block, fp8_weight_.view().data,
+                                           stream_)));
   call.w = fp8_weight_.view().data;
   call.ldw = k;
   call.w_from_stream = true;
@@ -341,8 +342,9 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
     quantizing.fp8_scale_stride = m_pad;
     RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(quantizing, stream_)));
   } else {
-    RETURN_IF_ERROR(Launched(kOp, LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales,
-                                                        stream_, options_.pdl_decode_kernels)));
+    RETURN_IF_ERROR(Launched("QuantizeFp8Rows",
+                             LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales, stream_,
+                                                   options_.pdl_decode_kernels)));
   }
   RETURN_IF_ERROR(gemm_->RunFp8(gemm, stream_));
   if (gemm.out != call.out) {

@@ -832,8 +832,9 @@ TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
 
 // AddRmsNormMatmul on the W8A8 GEMM with the norm writing the activation codes
 // (fuse_norm_quant) against AddRmsNorm in place and then MatmulFp8 (W8A8, the quantiser kernel):
-// residual sum, normalised rows and output bit for bit, at row counts padded and not padded to 4;
-// the op profile shows the quantiser did not run.
+// residual sum, normalised rows and output bit for bit, at hidden sizes of 1, 2 and 3 vectors a
+// thread, row counts padded and not padded to 4, with and without a bias; the op profile shows
+// one norm, the W8A8 GEMM, and neither the quantiser nor the weight decoder.
 TEST_F(CudaOps, AddRmsNormMatmulQuantFusedEqualsTheSeparateOps) {
   auto two_ops = CudaBackend::Create(CudaBackendOptions{
       .device = 0, .pdl = true, .pdl_decode_kernels = true, .fp8_w8a8 = true});
@@ -845,62 +846,121 @@ TEST_F(CudaOps, AddRmsNormMatmulQuantFusedEqualsTheSeparateOps) {
                                                       .profile_ops = true});
   ASSERT_TRUE(two_ops.ok() && fused.ok());
   std::mt19937 rng(18);
-  const int64_t h = 4096, n = 512;
-  std::vector<float> w_values(n * h);
-  for (float& v : w_values) v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
-  const Fp8Blocks q = QuantizeFp8Blocks(w_values, n, h, 128);
-  Fp8Weight fp8{.codes = Keep(cuda().Allocate(DType::kU8, {n, h})),
-                .scales = Upload(q.scale_inv, {n / 128, h / 128}, DType::kF32).cuda,
-                .block = 128};
-  ASSERT_TRUE(cuda().CopyFromHost(q.codes.data(), fp8.codes).ok());
-  const Tensor norm_weight = Upload(RandomBf16(h, rng, 0.5f, 1.5f), {h}).cuda;
-  for (const int64_t rows : {int64_t{9}, int64_t{16}, int64_t{64}}) {
-    SCOPED_TRACE(::testing::Message() << rows << " rows");
-    const std::vector<float> x_values = RandomBf16(rows * h, rng);
-    const std::vector<float> residual_values = RandomBf16(rows * h, rng, -4, 4);
-    std::vector<float> want_residual, want_normed, want_out;
-    {
-      const Tensor x = Upload(x_values, {rows, h}).cuda;
-      const Tensor residual = Upload(residual_values, {rows, h}).cuda;
-      const Tensor normed = Poisoned({rows, h}).cuda, out = Poisoned({rows, n}).cuda;
+  const int64_t n = 512;
+  for (const int64_t h : {int64_t{2048}, int64_t{4096}, int64_t{5120}}) {
+    std::vector<float> w_values(n * h);
+    for (float& v : w_values) v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
+    const Fp8Blocks q = QuantizeFp8Blocks(w_values, n, h, 128);
+    Fp8Weight fp8{.codes = Keep(cuda().Allocate(DType::kU8, {n, h})),
+                  .scales = Upload(q.scale_inv, {n / 128, h / 128}, DType::kF32).cuda,
+                  .block = 128};
+    ASSERT_TRUE(cuda().CopyFromHost(q.codes.data(), fp8.codes).ok());
+    const Tensor norm_weight = Upload(RandomBf16(h, rng, 0.5f, 1.5f), {h}).cuda;
+    const Tensor bias_t = Upload(RandomBf16(n, rng), {n}).cuda;
+    for (const int64_t rows : {int64_t{9}, int64_t{64}}) {
+      const Tensor* bias = rows == 9 ? &bias_t : nullptr;
+      SCOPED_TRACE(::testing::Message() << "hidden " << h << ", " << rows << " rows");
+      const std::vector<float> x_values = RandomBf16(rows * h, rng);
+      const std::vector<float> residual_values = RandomBf16(rows * h, rng, -4, 4);
+      std::vector<float> want_residual, want_normed, want_out;
+      {
+        const Tensor x = Upload(x_values, {rows, h}).cuda;
+        const Tensor residual = Upload(residual_values, {rows, h}).cuda;
+        const Tensor normed = Poisoned({rows, h}).cuda, out = Poisoned({rows, n}).cuda;
+        EXPECT_TRUE(cuda().Synchronize().ok());
+        ASSERT_TRUE((*two_ops)->AddRmsNorm(x, residual, norm_weight, 1e-6f, normed).ok());
+        ASSERT_TRUE((*two_ops)->MatmulFp8(normed, fp8, bias, out).ok());
+        ASSERT_TRUE((*two_ops)->Synchronize().ok());
+        want_residual = DownloadCuda(residual);
+        want_normed = DownloadCuda(normed);
+        want_out = DownloadCuda(out);
+      }
+      const PreNorm norm{.x = Upload(x_values, {rows, h}).cuda,
+                         .residual = Upload(residual_values, {rows, h}).cuda,
+                         .residual_out = Poisoned({rows, h}).cuda,
+                         .weight = norm_weight,
+                         .eps = 1e-6f,
+                         .normed = Poisoned({rows, h}).cuda};
+      const Tensor out = Poisoned({rows, n}).cuda;
       EXPECT_TRUE(cuda().Synchronize().ok());
-      ASSERT_TRUE((*two_ops)->AddRmsNorm(x, residual, norm_weight, 1e-6f, normed).ok());
-      ASSERT_TRUE((*two_ops)->MatmulFp8(normed, fp8, nullptr, out).ok());
-      ASSERT_TRUE((*two_ops)->Synchronize().ok());
-      want_residual = DownloadCuda(residual);
-      want_normed = DownloadCuda(normed);
-      want_out = DownloadCuda(out);
+      EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
+      const absl::Status st =
+          (*fused)->AddRmsNormMatmul(norm, MatmulWeight{.fp8 = &fp8}, bias, out);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
+      const auto profile = (*fused)->TakeOpProfile();
+      ASSERT_TRUE(profile.ok()) << profile.status();
+      int64_t norms = 0;
+      bool gemm = false, quantiser = false, decoder = false;
+      for (const OpTime& op : *profile) {
+        if (op.op == "AddRmsNorm") norms += op.calls;
+        gemm |= op.op.rfind("MatmulFp8 ", 0) == 0;
+        quantiser |= op.op == "QuantizeFp8Rows";
+        decoder |= op.op == "DequantizeFp8";
+      }
+      EXPECT_EQ(norms, 1);
+      EXPECT_TRUE(gemm);
+      EXPECT_FALSE(quantiser);
+      EXPECT_FALSE(decoder);
+      const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+      };
+      EXPECT_EQ(DownloadCuda(norm.residual), residual_values);  // only read
+      EXPECT_TRUE(same_bits(want_residual, DownloadCuda(norm.residual_out)));
+      EXPECT_TRUE(same_bits(want_normed, DownloadCuda(norm.normed)));
+      const std::vector<float> got_out = DownloadCuda(out);
+      EXPECT_TRUE(same_bits(want_out, got_out));
+      EXPECT_FALSE(std::isnan(got_out[0]));
     }
-    const PreNorm norm{.x = Upload(x_values, {rows, h}).cuda,
-                       .residual = Upload(residual_values, {rows, h}).cuda,
-                       .residual_out = Poisoned({rows, h}).cuda,
-                       .weight = norm_weight,
-                       .eps = 1e-6f,
-                       .normed = Poisoned({rows, h}).cuda};
-    const Tensor out = Poisoned({rows, n}).cuda;
-    EXPECT_TRUE(cuda().Synchronize().ok());
-    EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
-    const absl::Status st =
-        (*fused)->AddRmsNormMatmul(norm, MatmulWeight{.fp8 = &fp8}, nullptr, out);
-    ASSERT_TRUE(st.ok()) << st;
-    EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
-    const auto profile = (*fused)->TakeOpProfile();
-    ASSERT_TRUE(profile.ok()) << profile.status();
-    bool quantiser = false, gemm = false;
-    for (const OpTime& op : *profile) {
-      quantiser |= op.op == "MatmulFp8";
-      gemm |= op.op.rfind("MatmulFp8 ", 0) == 0;
-    }
-    EXPECT_FALSE(quantiser);
-    EXPECT_TRUE(gemm);
-    const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-    };
-    EXPECT_TRUE(same_bits(want_residual, DownloadCuda(norm.residual_out)));
-    EXPECT_TRUE(same_bits(want_normed, DownloadCuda(norm.normed)));
-    const std::vector<float> got_out = DownloadCuda(out);
-    EXPECT_TRUE(same_bits(want_out, got_out));
-    EXPECT_FALSE(std::isnan(got_out[0]));
+  }
+}
+
+// The norm kernel's FP8 codes and scales (NormArgs::fp8_codes) against the quantiser run on its
+// bf16 output, byte for byte: 640 columns (a warp's two half warps in different states at the
+// row's end), 4096, rows with a NaN, an infinity and an all-zero group, and the scale layout
+// padded to 4 rows; codes or scales misaligned, or a stride below the rows, are refused.
+TEST_F(CudaOps, RmsNormFp8CodesEqualTheQuantiser) {
+  std::mt19937 rng(19);
+  for (const int64_t cols : {int64_t{640}, int64_t{4096}}) {
+    const int64_t rows = 5, groups = cols / 128, stride = Fp8ActScaleStride(rows);
+    SCOPED_TRACE(::testing::Message() << cols << " columns");
+    std::vector<float> x_values = RandomBf16(rows * cols, rng, -3, 3);
+    x_values[1 * cols + 7] = NAN;
+    x_values[2 * cols + 130] = INFINITY;
+    for (int64_t c = 128; c < 256; ++c) x_values[3 * cols + c] = 0.0f;
+    std::vector<float> weight_values = RandomBf16(cols, rng, 0.5f, 1.5f);
+    const Tensor x = Upload(x_values, {rows, cols}).cuda;
+    const Tensor weight = Upload(weight_values, {cols}).cuda;
+    const Tensor normed = Poisoned({rows, cols}).cuda;
+    const Tensor codes = Keep(cuda().Allocate(DType::kU8, {rows, cols}));
+    const Tensor scales = Keep(cuda().Allocate(DType::kF32, {groups * stride}));
+    const Tensor want_codes = Keep(cuda().Allocate(DType::kU8, {rows, cols}));
+    const Tensor want_scales = Keep(cuda().Allocate(DType::kF32, {groups * stride}));
+    ASSERT_TRUE(cuda().Zero(scales).ok() && cuda().Zero(want_scales).ok());
+    NormArgs args{.x = AsRows(x), .out = AsRows(normed), .weight = weight.data};
+    args.fp8_codes = codes.as<uint8_t>();
+    args.fp8_scales = scales.as<float>();
+    args.fp8_scale_stride = stride;
+    ASSERT_EQ(LaunchRmsNorm(args, cuda().stream()), cudaSuccess);
+    ASSERT_EQ(LaunchQuantizeFp8Rows(normed.data, cols, rows, cols, want_codes.as<uint8_t>(),
+                                    want_scales.as<float>(), cuda().stream()),
+              cudaSuccess);
+    ASSERT_TRUE(cuda().Synchronize().ok());
+    std::vector<uint8_t> got_c(rows * cols), want_c(rows * cols);
+    std::vector<float> got_s(groups * stride), want_s(groups * stride);
+    ASSERT_TRUE(cuda().CopyToHost(codes, got_c.data()).ok());
+    ASSERT_TRUE(cuda().CopyToHost(want_codes, want_c.data()).ok());
+    ASSERT_TRUE(cuda().CopyToHost(scales, got_s.data()).ok());
+    ASSERT_TRUE(cuda().CopyToHost(want_scales, want_s.data()).ok());
+    EXPECT_EQ(got_c, want_c);
+    EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), got_s.size() * 4), 0);
+    EXPECT_EQ(got_s[1 * stride + 3], 1.0f);  // the all-zero group of row 3
+    NormArgs bad = args;
+    bad.fp8_scale_stride = rows - 1;
+    EXPECT_EQ(LaunchRmsNorm(bad, cuda().stream()), cudaErrorInvalidValue);
+    bad = args;
+    bad.fp8_codes = codes.as<uint8_t>() + 4;
+    EXPECT_EQ(LaunchRmsNorm(bad, cuda().stream()), cudaErrorInvalidValue);
   }
 }
 
