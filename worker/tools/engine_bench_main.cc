@@ -207,8 +207,12 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
   double gpu_us = 0, matmul_us = 0, attention_us = 0, experts_us = 0;
   for (const auto& op : ops) {
     gpu_us += 1e3 * op.total_ms / steps;
-    // "Matmul", "MatmulFp8", and their per-shape lines ("Matmul 4096x12288").
-    if (op.op.rfind("Matmul", 0) == 0) matmul_us += 1e3 * op.total_ms / steps;
+    // Matmul time: "Matmul", "MatmulFp8" and their per-shape lines ("Matmul 4096x12288"), the
+    // GEMV with the norm in its prologue ("AddRmsNormMatmul NxK"), and the FP8 paths' activation
+    // quantiser and weight decoder.
+    const bool matmul = op.op.rfind("Matmul", 0) == 0 || op.op.rfind("AddRmsNormMatmul", 0) == 0 ||
+                        op.op == "QuantizeFp8Rows" || op.op == "DequantizeFp8";
+    if (matmul) matmul_us += 1e3 * op.total_ms / steps;
     if (op.op == "Attention") attention_us += 1e3 * op.total_ms / steps;
     if (op.op == "Experts") experts_us += 1e3 * op.total_ms / steps;
   }
