@@ -22,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/op_profiler.h"
 
 namespace xserv::kernels::cuda {
@@ -198,9 +199,13 @@ class CudaBackend final : public Backend {
   // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
-  // The CUDA-core GEMV's arguments for MatmulFp8 of `call`'s rows, when MatmulFp8 takes that
-  // kernel for them (not the tensor-core GEMV, W8A8 or the decoded weight).
-  std::optional<GemvArgs> Fp8CudaCoreGemv(const GemmCall& call, const Fp8Weight& w) const;
+  // Which GEMV MatmulFp8 streams `call`'s FP8 weight through (decode rows), with its arguments;
+  // kNone: W8A8 or the decoded weight instead. One decision for MatmulFp8 and AddRmsNormMatmul.
+  struct Fp8DecodeGemv {
+    enum Kernel { kNone, kCudaCores, kTensorCores } kernel = kNone;
+    GemvArgs args;
+  };
+  Fp8DecodeGemv Fp8DecodeGemvFor(const GemmCall& call, const Fp8Weight& w) const;
   // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape. With
   // `norm`, whose out is call.x, that norm kernel quantises x as it writes it (instead of the
   // quantiser after it; RmsNormTakesFp8Codes must hold).

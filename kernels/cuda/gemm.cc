@@ -289,22 +289,26 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmCall& c, bool ep
   return raw;
 }
 
+GemvArgs GemvArgsFrom(const GemmCall& c, bool pdl) {
+  return GemvArgs{.x = c.x,
+                  .ldx = c.ldx,
+                  .w = c.w,
+                  .ldw = c.ldw,
+                  .out = c.out,
+                  .ldo = c.ldo,
+                  .out_type = c.out_type,
+                  .bias = c.bias,
+                  .bias_type = c.bias_type,
+                  .m = static_cast<int>(c.m),
+                  .n = static_cast<int>(c.n),
+                  .k = static_cast<int>(c.k),
+                  .pdl = pdl};
+}
+
 std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, bool pdl, bool glu) {
   if (c.n > INT32_MAX || c.k > INT32_MAX) return std::nullopt;
-  const GemvArgs gemv{.x = c.x,
-                      .ldx = c.ldx,
-                      .w = c.w,
-                      .ldw = c.ldw,
-                      .out = c.out,
-                      .ldo = c.ldo,
-                      .out_type = c.out_type,
-                      .bias = c.bias,
-                      .bias_type = c.bias_type,
-                      .m = static_cast<int>(c.m),
-                      .n = static_cast<int>(c.n),
-                      .k = static_cast<int>(c.k),
-                      .glu = glu,
-                      .pdl = pdl};
+  GemvArgs gemv = GemvArgsFrom(c, pdl);
+  gemv.glu = glu;
   if (!GemvSupports(gemv)) return std::nullopt;
   return gemv;
 }

@@ -64,9 +64,12 @@ struct Fp8GemmCall {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// The skinny GEMV's arguments for `call` (GemvArgs::pdl and ::glu as given), or nothing when
-// the GEMV does not take it (gemv.h: GemvSupports). One mapping for GemmRunner::Run and
-// CudaBackend::MatmulSiluMul.
+// The skinny GEMV's arguments for `call`'s x, w, out, bias and shape (n and k must fit int), not
+// checked against what the GEMV takes: the one mapping, which the FP8 forms then give their codes
+// and scales.
+GemvArgs GemvArgsFrom(const GemmCall& call, bool pdl);
+// GemvArgsFrom with GemvArgs::glu as given, or nothing when the GEMV does not take it (gemv.h:
+// GemvSupports). For GemmRunner::Run and CudaBackend::MatmulSiluMul.
 std::optional<GemvArgs> GemvArgsOf(const GemmCall& call, bool pdl, bool glu = false);
 
 struct GemmOptions {

@@ -114,47 +114,35 @@ bool Overlap(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
-// MatmulFp8 of rows this few may stream the FP8 weights through a GEMV.
-bool Fp8DecodeRows(const CudaBackendOptions& options, const GemmCall& call) {
-  return !options.batch_invariant && call.m <= kGemvMaxRows && call.n <= INT32_MAX &&
-         call.k <= INT32_MAX;
-}
-
-GemvArgs Fp8GemvArgs(const GemmCall& call, const Fp8Weight& w, bool pdl) {
-  return GemvArgs{.x = call.x,
-                  .ldx = call.ldx,
-                  .w = w.codes.data,
-                  .ldw = call.k,
-                  .out = call.out,
-                  .ldo = call.ldo,
-                  .out_type = call.out_type,
-                  .bias = call.bias,
-                  .bias_type = call.bias_type,
-                  .m = static_cast<int>(call.m),
-                  .n = static_cast<int>(call.n),
-                  .k = static_cast<int>(call.k),
-                  .scales = w.scales.as<float>(),
-                  .scale_cols = w.scales.dim(1),
-                  .block = static_cast<int>(w.block),
-                  .pdl = pdl};
-}
-
-// The tensor-core FP8 GEMV from kFp8MmaGemvMinRows rows, and wherever x is too large for the
-// CUDA-core GEMV's shared memory (rather than decoding the whole weight).
-bool TakesFp8MmaGemv(const CudaBackendOptions& options, const GemvArgs& gemv, bool cuda_cores) {
-  return options.fp8_gemv_mma && (gemv.m >= kFp8MmaGemvMinRows || !cuda_cores) &&
-         Fp8MmaGemvSupports(gemv);
-}
-
 }  // namespace
 
-std::optional<GemvArgs> CudaBackend::Fp8CudaCoreGemv(const GemmCall& call,
-                                                     const Fp8Weight& w) const {
-  if (!Fp8DecodeRows(options_, call)) return std::nullopt;
-  const GemvArgs gemv = Fp8GemvArgs(call, w, options_.pdl);
-  const bool cuda_cores = GemvSupports(gemv);
-  if (!cuda_cores || TakesFp8MmaGemv(options_, gemv, cuda_cores)) return std::nullopt;
-  return gemv;
+CudaBackend::Fp8DecodeGemv CudaBackend::Fp8DecodeGemvFor(const GemmCall& call,
+                                                         const Fp8Weight& w) const {
+  // Decode rows stream the FP8 weights once, whatever CudaBackendOptions::gemv says (that option
+  // weighs the bf16 GEMV against cuBLASLt; here the alternative is decoding the whole weight).
+  // Not in the batch-invariant mode, whose rows must not depend on the batch size that picks a
+  // kernel.
+  Fp8DecodeGemv d;
+  if (options_.batch_invariant || call.m > kGemvMaxRows || call.n > INT32_MAX ||
+      call.k > INT32_MAX) {
+    return d;
+  }
+  d.args = GemvArgsFrom(call, options_.pdl);
+  d.args.w = w.codes.data;
+  d.args.ldw = call.k;
+  d.args.scales = w.scales.as<float>();
+  d.args.scale_cols = w.scales.dim(1);
+  d.args.block = static_cast<int>(w.block);
+  const bool cuda_cores = GemvSupports(d.args);
+  // The tensor-core form from kFp8MmaGemvMinRows rows, and wherever x is too large for the
+  // CUDA-core GEMV's shared memory (rather than decoding the whole weight).
+  if (options_.fp8_gemv_mma && (call.m >= kFp8MmaGemvMinRows || !cuda_cores) &&
+      Fp8MmaGemvSupports(d.args)) {
+    d.kernel = Fp8DecodeGemv::kTensorCores;
+  } else if (cuda_cores) {
+    d.kernel = Fp8DecodeGemv::kCudaCores;
+  }
+  return d;
 }
 
 absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
@@ -197,19 +185,15 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   RETURN_IF_ERROR(CheckFp8Matmul(kOp, x, w, bias, out, call));
   const int64_t n = call.n, k = call.k;
   if (call.m == 0 || n == 0) return absl::OkStatus();
-  // Decode rows: stream the FP8 weights once (half the bytes of bf16), whatever
-  // CudaBackendOptions::gemv says (that option weighs the bf16 GEMV against cuBLASLt; here the
-  // alternative is decoding the whole weight). Not in the batch-invariant mode, whose rows must
-  // not depend on the batch size that picks a kernel.
-  if (const std::optional<GemvArgs> gemv = Fp8CudaCoreGemv(call, w)) {
-    return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), n, k, static_cast<double>(n * k));
+  // Decode rows: stream the FP8 weights once (half the bytes of bf16).
+  const Fp8DecodeGemv decode = Fp8DecodeGemvFor(call, w);
+  if (decode.kernel == Fp8DecodeGemv::kCudaCores) {
+    return LaunchedWeights(kOp, LaunchGemv(decode.args, stream_), n, k,
+                           static_cast<double>(n * k));
   }
-  if (Fp8DecodeRows(options_, call)) {
-    const GemvArgs gemv = Fp8GemvArgs(call, w, options_.pdl);
-    if (TakesFp8MmaGemv(options_, gemv, GemvSupports(gemv))) {
-      return LaunchedWeights(kOp, LaunchFp8MmaGemv(gemv, stream_), n, k,
-                             static_cast<double>(n * k));
-    }
+  if (decode.kernel == Fp8DecodeGemv::kTensorCores) {
+    return LaunchedWeights(kOp, LaunchFp8MmaGemv(decode.args, stream_), n, k,
+                           static_cast<double>(n * k));
   }
   if (TakesW8A8(options_, call, w)) {
     const absl::Status w8a8 = MatmulW8A8(call, w);
@@ -269,7 +253,9 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
   // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
   // on normed, given the norm as its prologue.
   if (options_.fuse_norm_gemv && w.fp8 != nullptr && call.m == 1) {
-    if (std::optional<GemvArgs> gemv = Fp8CudaCoreGemv(call, *w.fp8)) {
+    if (Fp8DecodeGemv decode = Fp8DecodeGemvFor(call, *w.fp8);
+        decode.kernel == Fp8DecodeGemv::kCudaCores) {
+      GemvArgs* gemv = &decode.args;
       const RowsView x = AsRows(p.x), residual = AsRows(p.residual),
                      residual_out = AsRows(p.residual_out), normed = AsRows(p.normed);
       gemv->x = x.data;

@@ -689,11 +689,8 @@ TEST_F(Mxfp4Experts, AddRmsNormFusedEqualsTheTwoOps) {
       return Result{DownloadCuda(residual), DownloadCuda(normed)};
     };
     const Result separate = run(**two_ops), one = run(**fused);
-    const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-    };
-    EXPECT_TRUE(same_bits(separate.residual, one.residual));
-    EXPECT_TRUE(same_bits(separate.normed, one.normed));
+    EXPECT_TRUE(SameBits(separate.residual, one.residual));
+    EXPECT_TRUE(SameBits(separate.normed, one.normed));
     int64_t nan_rows = 0;
     for (int64_t t = 0; t < c.tokens; ++t) {
       const bool nan_row = std::isnan(one.normed[t * h]);
@@ -792,12 +789,9 @@ TEST_F(CudaOps, AddRmsNormMatmulFusedEqualsTheSeparateOps) {
     bool one_kernel = false;
     for (const OpTime& op : *profile) one_kernel |= op.op.rfind("AddRmsNormMatmul", 0) == 0;
     EXPECT_EQ(one_kernel, c.fp8 && c.rows == 1 && h > 512);
-    const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-    };
-    EXPECT_TRUE(same_bits(want.residual, got.residual));
-    EXPECT_TRUE(same_bits(want.normed, got.normed));
-    EXPECT_TRUE(same_bits(want.out, got.out));
+    EXPECT_TRUE(SameBits(want.residual, got.residual));
+    EXPECT_TRUE(SameBits(want.normed, got.normed));
+    EXPECT_TRUE(SameBits(want.out, got.out));
     EXPECT_FALSE(std::isnan(got.out[0]));
   }
   // No written operand may overlap x or residual (every CTA reads them while one writes), nor
@@ -902,14 +896,11 @@ TEST_F(CudaOps, AddRmsNormMatmulQuantFusedEqualsTheSeparateOps) {
       EXPECT_TRUE(gemm);
       EXPECT_FALSE(quantiser);
       EXPECT_FALSE(decoder);
-      const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-      };
       EXPECT_EQ(DownloadCuda(norm.residual), residual_values);  // only read
-      EXPECT_TRUE(same_bits(want_residual, DownloadCuda(norm.residual_out)));
-      EXPECT_TRUE(same_bits(want_normed, DownloadCuda(norm.normed)));
+      EXPECT_TRUE(SameBits(want_residual, DownloadCuda(norm.residual_out)));
+      EXPECT_TRUE(SameBits(want_normed, DownloadCuda(norm.normed)));
       const std::vector<float> got_out = DownloadCuda(out);
-      EXPECT_TRUE(same_bits(want_out, got_out));
+      EXPECT_TRUE(SameBits(want_out, got_out));
       EXPECT_FALSE(std::isnan(got_out[0]));
     }
   }

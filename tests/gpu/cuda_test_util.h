@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -39,6 +40,12 @@ inline std::vector<float> RandomBf16(size_t n, std::mt19937& rng, float lo = -1.
   std::vector<float> v(n);
   for (float& x : v) x = RoundBf16(dist(rng));
   return v;
+}
+
+// Whether two results hold the same bits (NaNs included): fused kernels against the ops they
+// replace.
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // max |a - b| / max |b|; NaN anywhere gives +inf.
