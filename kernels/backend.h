@@ -85,15 +85,20 @@ struct QkNormRope {
 // Expert weights of one MoE layer. gpt-oss layout: gate_up rows interleave gate (even) and up
 // (odd) features.
 struct ExpertWeights {
-  enum class Format { kDense, kMxfp4 };
+  enum class Format { kDense, kMxfp4, kFp8 };
   Format format = Format::kDense;
   Tensor gate_up;        // kDense: [E, 2*I, H]
   Tensor gate_up_bias;   // [E, 2*I]
   Tensor down;           // kDense: [E, H, I]
   Tensor down_bias;      // [E, H]
   // kMxfp4 (HF checkpoint layout): u8 blocks [E, rows, in/32, 16] and u8 scales [E, rows, in/32].
+  // kFp8: u8 E4M3 codes [E, rows, in] in the _blocks tensors and f32 scales of 128 x 128 blocks
+  // (kFp8ExpertBlock) [E, ceil(rows/128), ceil(in/128)] (kernels/fp8.h per expert) in the
+  // _scales tensors; a weight is code * scale. Backends may take only dense experts (the CPU's).
   Tensor gate_up_blocks, gate_up_scales, down_blocks, down_scales;
 };
+// The block of ExpertWeights::Format::kFp8's scales.
+inline constexpr int64_t kFp8ExpertBlock = 128;
 
 // FP8 E4M3 weights with block scales, as kernels/fp8.h lays them out (HF "fp8" checkpoints):
 // w[n, k] = E4M3(codes[n, k]) * scales[n / block, k / block].

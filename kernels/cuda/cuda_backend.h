@@ -191,11 +191,11 @@ class CudaBackend final : public Backend {
     Tensor residual, weight, normed;
     float eps = 1e-6f;
   };
-  // Experts over MXFP4 weights (moe_mxfp4.h), in rounds of at most 1024 tokens; with `norm`
-  // the combine feeds that norm instead of `out` (the caller checked RmsNormTakesCombine).
-  absl::Status ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                            const ExpertWeights& experts, const GluParams& glu, const Tensor& out,
-                            const MoeNorm* norm = nullptr);
+  // Experts over MXFP4 or FP8 weights (moe_quantized.h), in rounds of at most 1024 tokens; with
+  // `norm` the combine feeds that norm instead of `out` (the caller checked RmsNormTakesCombine).
+  absl::Status ExpertsQuantized(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                const ExpertWeights& experts, const GluParams& glu,
+                                const Tensor& out, const MoeNorm* norm = nullptr);
   // check_each_op: every i32 of `indices` (contiguous) must lie in [0, limit).
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
@@ -231,7 +231,7 @@ class CudaBackend final : public Backend {
   // ArgMax's per-chunk partials (softmax.h), grown on demand.
   Buffer argmax_partials_;
   int sm_count_ = 0;  // the device's SMs: how many CTAs fill it
-  // The MXFP4 experts' scratch (moe_mxfp4.h): routing, activations, down outputs.
+  // The quantised experts' scratch (moe_quantized.h): routing, activations, down outputs.
   Buffer moe_routing_, moe_act_, moe_out_;
   // MatmulFp8's bf16 copy of a weight for the GEMM path, grown on demand; the W8A8 path's
   // quantised activations, their scales, and its output when the rows are padded.

@@ -1,10 +1,10 @@
 // CudaBackend mixture-of-experts ops: router top-k (softmax.cu), sparse dense-bf16 experts
-// (moe.cu) and MXFP4 experts on tensor cores (moe_mxfp4.cu).
+// (moe.cu) and MXFP4 or FP8 experts on tensor cores (moe_quantized.cu).
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/moe.h"
-#include "kernels/cuda/moe_mxfp4.h"
+#include "kernels/cuda/moe_quantized.h"
 #include "kernels/cuda/op_util.h"
 #include "kernels/cuda/softmax.h"
 
@@ -12,8 +12,11 @@ namespace xserv::kernels::cuda {
 
 namespace {
 
-// Tokens per round of the MXFP4 path: bounds its scratch (f32 down outputs of k pairs per token).
-constexpr int64_t kMxfp4ChunkTokens = 1024;
+static_assert(kMoeFp8Block == kFp8ExpertBlock);
+
+// Tokens per round of the quantised path: bounds its scratch (f32 down outputs of k pairs per
+// token).
+constexpr int64_t kQuantizedChunkTokens = 1024;
 
 // A routing of `tokens` rows: ids i32 and weights f32 [tokens, k], contiguous.
 absl::Status CheckRouting(const char* op, const Tensor& ids, const Tensor& weights,
@@ -70,8 +73,8 @@ absl::Status CudaBackend::Experts(const Tensor& x, const Tensor& ids, const Tens
                                   const ExpertWeights& experts, const GluParams& glu,
                                   const Tensor& out) {
   constexpr const char* kOp = "Experts";
-  if (experts.format == ExpertWeights::Format::kMxfp4) {
-    return ExpertsMxfp4(x, ids, weights, experts, glu, out);
+  if (experts.format != ExpertWeights::Format::kDense) {
+    return ExpertsQuantized(x, ids, weights, experts, glu, out);
   }
   RETURN_IF_ERROR(CheckExpertsActivations(kOp, x, ids, weights, out));
   const Tensor& gu = experts.gate_up;
@@ -125,7 +128,7 @@ absl::Status CudaBackend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids,
                                             const Tensor& residual, const Tensor& norm_weight,
                                             float eps, const Tensor& normed) {
   constexpr const char* kOp = "ExpertsAddRmsNorm";
-  if (options_.fuse_moe_norm && experts.format == ExpertWeights::Format::kMxfp4) {
+  if (options_.fuse_moe_norm && experts.format != ExpertWeights::Format::kDense) {
     // The norm's operands as AddRmsNorm(out, residual, norm_weight, normed) checks them.
     RETURN_IF_ERROR(ExpectAddRmsNormOperands(kOp, out, residual, norm_weight, normed));
     const NormArgs probe{.x = {.data = nullptr, .rows = out.dim(0), .cols = out.dim(-1)},
@@ -135,38 +138,75 @@ absl::Status CudaBackend::ExpertsAddRmsNorm(const Tensor& x, const Tensor& ids,
                          .eps = eps};
     if (RmsNormTakesCombine(probe)) {
       const MoeNorm norm{.residual = residual, .weight = norm_weight, .normed = normed, .eps = eps};
-      return ExpertsMxfp4(x, ids, weights, experts, glu, out, &norm);
+      return ExpertsQuantized(x, ids, weights, experts, glu, out, &norm);
     }
   }
   return Backend::ExpertsAddRmsNorm(x, ids, weights, experts, glu, out, residual, norm_weight, eps,
                                     normed);
 }
 
-absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                       const ExpertWeights& experts, const GluParams& glu,
-                                       const Tensor& out, const MoeNorm* norm) {
+namespace {
+
+// The expert matrix `what` [E, rows, in] as `format` stores it (ExpertWeights): u8 codes (MXFP4
+// [E, rows, in/32, 16]; FP8 [E, rows, in]) and scales (MXFP4 u8 [E, rows, in/32]; FP8 f32
+// [E, ceil(rows/128), ceil(in/128)]), contiguous, the codes 16-byte aligned (streamed with
+// 16-byte loads).
+absl::Status CheckQuantizedMatrix(const char* op, const char* what, ExpertWeights::Format format,
+                                  const Tensor& codes, const Tensor& scales, int64_t experts,
+                                  int64_t rows, int64_t in) {
+  const bool fp8 = format == ExpertWeights::Format::kFp8;
+  RETURN_IF_ERROR(ExpectCuda(op, what, codes));
+  RETURN_IF_ERROR(ExpectDType(op, what, codes, DType::kU8));
+  RETURN_IF_ERROR(ExpectContiguous(op, what, codes));
+  RETURN_IF_ERROR(ExpectCuda(op, what, scales));
+  RETURN_IF_ERROR(ExpectDType(op, what, scales, fp8 ? DType::kF32 : DType::kU8));
+  RETURN_IF_ERROR(ExpectContiguous(op, what, scales));
+  if (reinterpret_cast<uintptr_t>(codes.data) % 16 != 0) {
+    return OpError(op, absl::StrCat(what, " codes must be 16-byte aligned"));
+  }
+  const std::vector<int64_t> code_dims = fp8 ? std::vector<int64_t>{experts, rows, in}
+                                             : std::vector<int64_t>{experts, rows, in / 32, 16};
+  const int64_t block = kMoeFp8Block;
+  const std::vector<int64_t> scale_dims =
+      fp8 ? std::vector<int64_t>{experts, (rows + block - 1) / block, (in + block - 1) / block}
+          : std::vector<int64_t>{experts, rows, in / 32};
+  RETURN_IF_ERROR(ExpectRank(op, what, codes, static_cast<int64_t>(code_dims.size())));
+  RETURN_IF_ERROR(ExpectRank(op, what, scales, 3));
+  for (size_t d = 0; d < code_dims.size(); ++d) {
+    RETURN_IF_ERROR(ExpectDim(op, what, codes, static_cast<int>(d), code_dims[d]));
+  }
+  for (size_t d = 0; d < scale_dims.size(); ++d) {
+    RETURN_IF_ERROR(ExpectDim(op, what, scales, static_cast<int>(d), scale_dims[d]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaBackend::ExpertsQuantized(const Tensor& x, const Tensor& ids,
+                                           const Tensor& weights, const ExpertWeights& experts,
+                                           const GluParams& glu, const Tensor& out,
+                                           const MoeNorm* norm) {
   constexpr const char* kOp = "Experts";
   RETURN_IF_ERROR(CheckExpertsActivations(kOp, x, ids, weights, out));
+  const bool fp8 = experts.format == ExpertWeights::Format::kFp8;
+  const char* format_name = fp8 ? "FP8" : "MXFP4";
   const Tensor& gub = experts.gate_up_blocks;
-  const Tensor& gus = experts.gate_up_scales;
   const Tensor& dnb = experts.down_blocks;
-  const Tensor& dns = experts.down_scales;
-  for (const Tensor* t : {&gub, &gus, &dnb, &dns}) {
-    RETURN_IF_ERROR(ExpectCuda(kOp, "MXFP4 tensor", *t));
-    RETURN_IF_ERROR(ExpectDType(kOp, "MXFP4 tensor", *t, DType::kU8));
-    RETURN_IF_ERROR(ExpectContiguous(kOp, "MXFP4 tensor", *t));
-  }
   for (const Tensor* t : {&experts.gate_up_bias, &experts.down_bias}) {
     RETURN_IF_ERROR(ExpectCuda(kOp, "expert bias", *t));
     RETURN_IF_ERROR(ExpectDType(kOp, "expert bias", *t, DType::kBF16));
     RETURN_IF_ERROR(ExpectContiguous(kOp, "expert bias", *t));
   }
-  RETURN_IF_ERROR(ExpectRank(kOp, "gate_up_blocks", gub, 4));
-  RETURN_IF_ERROR(ExpectRank(kOp, "down_blocks", dnb, 4));
+  RETURN_IF_ERROR(ExpectCuda(kOp, "gate_up_blocks", gub));
+  if (gub.rank < 2) return OpError(kOp, "gate_up_blocks must be [E, rows, ...]");
   const int64_t num_experts = gub.dim(0), two_i = gub.dim(1), hidden = x.dim(1);
   const int64_t inter = two_i / 2;
   if (two_i % 2 != 0) return OpError(kOp, "gate_up rows must be even (gate/up interleaved)");
-  if (hidden % 32 != 0) return OpError(kOp, "hidden size must be a multiple of 32 (MXFP4)");
+  if (hidden % 32 != 0 || inter % 32 != 0) {
+    return OpError(kOp, absl::StrCat("hidden and intermediate sizes must be multiples of 32 (",
+                                     format_name, " groups)"));
+  }
   // Each A row is staged with 16-byte loads.
   if (x.stride(0) % 8 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
     return OpError(kOp, "x rows must be 16-byte aligned");
@@ -175,24 +215,10 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
   if (out.stride(0) % 4 != 0 || reinterpret_cast<uintptr_t>(out.data) % 8 != 0) {
     return OpError(kOp, "out rows must be 8-byte aligned");
   }
-  for (const Tensor* t : {&gub, &dnb}) {  // streamed with 16-byte loads
-    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
-      return OpError(kOp, "MXFP4 blocks must be 16-byte aligned");
-    }
-  }
-  const std::vector<int64_t> gu_blocks = {num_experts, two_i, hidden / 32, 16};
-  const std::vector<int64_t> dn_blocks = {num_experts, hidden, inter / 32, 16};
-  for (int d = 0; d < 4; ++d) {
-    RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_blocks", gub, d, gu_blocks[d]));
-    RETURN_IF_ERROR(ExpectDim(kOp, "down_blocks", dnb, d, dn_blocks[d]));
-  }
-  if (inter % 32 != 0) return OpError(kOp, "intermediate size must be a multiple of 32 (MXFP4)");
-  RETURN_IF_ERROR(ExpectRank(kOp, "gate_up_scales", gus, 3));
-  RETURN_IF_ERROR(ExpectRank(kOp, "down_scales", dns, 3));
-  for (int d = 0; d < 3; ++d) {
-    RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_scales", gus, d, gu_blocks[d]));
-    RETURN_IF_ERROR(ExpectDim(kOp, "down_scales", dns, d, dn_blocks[d]));
-  }
+  RETURN_IF_ERROR(CheckQuantizedMatrix(kOp, "gate_up", experts.format, gub,
+                                       experts.gate_up_scales, num_experts, two_i, hidden));
+  RETURN_IF_ERROR(CheckQuantizedMatrix(kOp, "down", experts.format, dnb, experts.down_scales,
+                                       num_experts, hidden, inter));
   RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_bias", experts.gate_up_bias, 0, num_experts));
   RETURN_IF_ERROR(ExpectDim(kOp, "gate_up_bias", experts.gate_up_bias, 1, two_i));
   RETURN_IF_ERROR(ExpectDim(kOp, "down_bias", experts.down_bias, 0, num_experts));
@@ -217,12 +243,12 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
 
   // Scratch for one round: routing (sorted pairs, block experts, block count), activations,
   // down outputs.
-  const int64_t chunk = std::min(tokens, kMxfp4ChunkTokens);
+  const int64_t chunk = std::min(tokens, kQuantizedChunkTokens);
   const int64_t routing_ints = MoeRoutingInts(MoeMaxBlocks(chunk * k, num_experts));
   RETURN_IF_ERROR(Reserve(moe_routing_, static_cast<size_t>(routing_ints) * sizeof(int32_t)));
   RETURN_IF_ERROR(Reserve(moe_act_, static_cast<size_t>(chunk * k * inter) * 2));
   RETURN_IF_ERROR(Reserve(moe_out_, static_cast<size_t>(chunk * k * hidden) * sizeof(float)));
-  // Few tokens (decode): the GEMV form, no alignment (moe_mxfp4.h says why and when).
+  // Few tokens (decode): the GEMV form, no alignment (moe_quantized.h says why and when).
   const bool gemv = !options_.batch_invariant && tokens <= kMoeGemvMaxTokens;
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t n = std::min(chunk, tokens - t0);
@@ -240,11 +266,12 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                              .experts = static_cast<int>(num_experts),
                              .hidden = static_cast<int>(hidden),
                              .inter = static_cast<int>(inter),
+                             .format = fp8 ? MoeWeightFormat::kFp8 : MoeWeightFormat::kMxfp4,
                              .gate_up_blocks = gub.as<uint8_t>(),
-                             .gate_up_scales = gus.as<uint8_t>(),
+                             .gate_up_scales = experts.gate_up_scales.data,
                              .gate_up_bias = experts.gate_up_bias.data,
                              .down_blocks = dnb.as<uint8_t>(),
-                             .down_scales = dns.as<uint8_t>(),
+                             .down_scales = experts.down_scales.data,
                              .down_bias = experts.down_bias.data,
                              .limit = glu.limit,
                              .alpha = glu.alpha,
@@ -254,7 +281,7 @@ absl::Status CudaBackend::ExpertsMxfp4(const Tensor& x, const Tensor& ids, const
                              .out = AsRows(out.SliceRows(t0, t0 + n)),
                              .pdl = options_.pdl_decode_kernels,
                              .norm = fused_norm};
-    RETURN_IF_ERROR(Launched(kOp, LaunchMoeMxfp4Layer(layer, gemv, stream_)));
+    RETURN_IF_ERROR(Launched(kOp, LaunchMoeLayer(layer, gemv, stream_)));
   }
   return absl::OkStatus();
 }

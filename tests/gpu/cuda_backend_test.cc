@@ -3,6 +3,7 @@
 // cuda_test_util.h. Skipped without a device.
 #include <algorithm>
 #include <numeric>
+#include <span>
 
 #include <cuda_runtime_api.h>
 
@@ -13,7 +14,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/op_util.h"
-#include "kernels/cuda/moe_mxfp4.h"
+#include "kernels/cuda/moe_quantized.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace xserv::kernels::cuda::testing {
@@ -485,125 +486,168 @@ TEST_F(CudaOps, RouterTopKAndExperts) {
   }
 }
 
-// MXFP4 experts (moe_mxfp4.cu) against the CPU's dense experts over the same weights decoded on
-// the host (kernels/mxfp4.h): odd group counts (inter 96 = 3 groups), output tiles cut by N, many
+// MXFP4 and FP8 experts (moe_quantized.cu) against the CPU's dense experts over the same weights
+// decoded on the host (kernels/mxfp4.h, kernels/fp8.h; FP8 with bf16 block scales, whose products
+// the device rounds to bf16 as a dense copy would, and blocks cut by N and K: 2880 = 22.5 blocks):
+// odd group counts (inter 96 = 3 groups), output tiles cut by N, many
 // tokens per expert, and more than one 1024-token round; on the default backend (the GEMV form up
 // to kMoeGemvMaxTokens tokens, the tensor-core GEMM above) and a batch-invariant one (always the
 // GEMM). Every token of a batch equals the same token computed alone, bit for bit, when both take
 // the same kernel (its slot in an expert's block or its pair's CTA does not matter); across the
 // two kernels within bf16 tolerance.
-TEST_F(CudaOps, Mxfp4ExpertsMatchDenseOnTheCpu) {
+TEST_F(CudaOps, QuantizedExpertsMatchDenseOnTheCpu) {
   auto invariant = CudaBackend::Create(
       CudaBackendOptions{.device = 0, .check_each_op = true, .batch_invariant = true});
   ASSERT_TRUE(invariant.ok()) << invariant.status();
   std::mt19937 rng(14);
   struct Case {
     int64_t tokens, experts, k, hidden, inter;
-    int min_scale = 120;  // E8M0 scales min_scale .. min_scale + 4
+    int min_scale = 120;  // MXFP4: E8M0 scales min_scale .. min_scale + 4
   };
-  // From the fifth on gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups); one token
-  // of them (the GEMV on the default backend) against the CPU, and a hidden size of 144 groups
-  // (the GEMV's warps loop over more than one round of chunks); 8 tokens sharing 4 experts;
-  // scales 2^-1 .. 2^3, across the GEMV's one- and two-multiply dequantisation (s <= 128 or not);
-  // two tokens (the GEMV's last size); 150 pairs per expert over 3 chunks of K with a partial last
-  // one (the GEMM's every m16 tile and its A double buffer; its last block ends mid-tile).
-  for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
-                       Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
-                       Case{3, 4, 2, 2880, 1440}, Case{1, 4, 2, 2880, 2880},
-                       Case{1, 4, 2, 4608, 96}, Case{8, 4, 4, 2880, 2880},
-                       Case{1, 4, 2, 2880, 1440, 126}, Case{4, 4, 2, 96, 64, 126},
-                       Case{2, 4, 2, 2880, 1440}, Case{300, 4, 2, 288, 160}}) {
-    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
-                                      << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
-    const int64_t e = c.experts, h = c.hidden, i = c.inter;
-    // Random codes; the default scales 2^-7 .. 2^-3 keep the products in the GLU's interesting
-    // range.
-    auto random_mxfp4 = [&](int64_t rows, int64_t in, std::vector<uint8_t>& blocks,
-                            std::vector<uint8_t>& scales, std::vector<float>& dense) {
-      blocks.resize(e * rows * in / 2);
-      scales.resize(e * rows * in / 32);
-      for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 0xFF);
-      for (auto& s : scales) s = static_cast<uint8_t>(c.min_scale + rng() % 5);
-      dense.resize(e * rows * in);
-      ASSERT_TRUE(DequantizeMxfp4(blocks, scales, e * rows, in / 32, dense).ok());
-    };
-    std::vector<uint8_t> gu_blocks, gu_scales, dn_blocks, dn_scales;
-    std::vector<float> gu_dense, dn_dense;
-    random_mxfp4(2 * i, h, gu_blocks, gu_scales, gu_dense);
-    random_mxfp4(h, i, dn_blocks, dn_scales, dn_dense);
-    auto upload_u8 = [&](const std::vector<uint8_t>& bytes, std::vector<int64_t> shape) {
-      const Tensor t = Keep(cuda().Allocate(DType::kU8, shape));
-      EXPECT_TRUE(cuda().CopyFromHost(bytes.data(), t).ok());
-      return t;
-    };
-    const Twin gub = Upload(RandomBf16(e * 2 * i, rng), {e, 2 * i});
-    const Twin dnb = Upload(RandomBf16(e * h, rng), {e, h});
-    ExpertWeights dense;
-    dense.gate_up = Keep(cpu().Allocate(DType::kF32, {e, 2 * i, h}));
-    dense.down = Keep(cpu().Allocate(DType::kF32, {e, h, i}));
-    ASSERT_TRUE(cpu().CopyFromHost(gu_dense.data(), dense.gate_up).ok());
-    ASSERT_TRUE(cpu().CopyFromHost(dn_dense.data(), dense.down).ok());
-    dense.gate_up_bias = gub.cpu;
-    dense.down_bias = dnb.cpu;
-    ExpertWeights mx;
-    mx.format = ExpertWeights::Format::kMxfp4;
-    mx.gate_up_blocks = upload_u8(gu_blocks, {e, 2 * i, h / 32, 16});
-    mx.gate_up_scales = upload_u8(gu_scales, {e, 2 * i, h / 32});
-    mx.down_blocks = upload_u8(dn_blocks, {e, h, i / 32, 16});
-    mx.down_scales = upload_u8(dn_scales, {e, h, i / 32});
-    mx.gate_up_bias = gub.cuda;
-    mx.down_bias = dnb.cuda;
-
-    std::vector<int32_t> id_values(c.tokens * c.k);
-    std::vector<float> weight_values(c.tokens * c.k);
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      std::vector<int32_t> perm(e);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      for (int64_t j = 0; j < c.k; ++j) {
-        id_values[t * c.k + j] = perm[j];
-        weight_values[t * c.k + j] = RoundBf16(0.1f + 0.8f * (rng() % 1000) / 1000.0f);
+  for (const ExpertWeights::Format format :
+       {ExpertWeights::Format::kMxfp4, ExpertWeights::Format::kFp8}) {
+    const bool fp8 = format == ExpertWeights::Format::kFp8;
+    SCOPED_TRACE(fp8 ? "FP8" : "MXFP4");
+    // From the fifth on gpt-oss-20b's sizes (and its TP=2 down projection: 45 groups); one
+    // token of them (the GEMV on the default backend) against the CPU, and a hidden size of 144
+    // groups (the GEMV's warps loop over more than one round of chunks); 8 tokens sharing 4
+    // experts; MXFP4 scales 2^-1 .. 2^3, across the GEMV's one- and two-multiply dequantisation
+    // (s <= 128 or not); two tokens (the GEMV's last size); 150 pairs per expert over 3 chunks of
+    // K with a partial last one (the GEMM's every m16 tile and its A double buffer; its last
+    // block ends mid-tile).
+    for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
+                         Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
+                         Case{3, 4, 2, 2880, 1440}, Case{1, 4, 2, 2880, 2880},
+                         Case{1, 4, 2, 4608, 96}, Case{8, 4, 4, 2880, 2880},
+                         Case{1, 4, 2, 2880, 1440, 126}, Case{4, 4, 2, 96, 64, 126},
+                         Case{2, 4, 2, 2880, 1440}, Case{300, 4, 2, 288, 160}}) {
+      SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
+                                        << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
+      if (fp8 && c.min_scale != Case{}.min_scale) continue;  // an MXFP4-only variation
+      const int64_t e = c.experts, h = c.hidden, i = c.inter;
+      // Random codes; the default scales 2^-7 .. 2^-3 keep the products in the GLU's interesting
+      // range.
+      auto random_mxfp4 = [&](int64_t rows, int64_t in, std::vector<uint8_t>& blocks,
+                              std::vector<uint8_t>& scales, std::vector<float>& dense) {
+        blocks.resize(e * rows * in / 2);
+        scales.resize(e * rows * in / 32);
+        for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 0xFF);
+        for (auto& s : scales) s = static_cast<uint8_t>(c.min_scale + rng() % 5);
+        dense.resize(e * rows * in);
+        ASSERT_TRUE(DequantizeMxfp4(blocks, scales, e * rows, in / 32, dense).ok());
+      };
+      // Random E4M3 codes (no NaN) with bf16 block scales making weights up to about +-1.3.
+      constexpr int64_t kB = kFp8ExpertBlock;
+      auto random_fp8 = [&](int64_t rows, int64_t in, std::vector<uint8_t>& codes,
+                            std::vector<float>& scales, std::vector<float>& dense) {
+        const int64_t rb = (rows + kB - 1) / kB, cb = (in + kB - 1) / kB;
+        codes.resize(e * rows * in);
+        for (auto& b : codes) {
+          do b = static_cast<uint8_t>(rng() & 0xFF);
+          while ((b & 0x7F) == 0x7F);
+        }
+        scales.resize(e * rb * cb);
+        for (float& sc : scales) sc = RoundBf16((0.3f + (rng() % 100) / 100.0f) / 448.0f);
+        dense.resize(e * rows * in);
+        for (int64_t x = 0; x < e; ++x) {
+          Fp8Blocks q;
+          q.codes.assign(codes.begin() + x * rows * in, codes.begin() + (x + 1) * rows * in);
+          q.scale_inv.assign(scales.begin() + x * rb * cb, scales.begin() + (x + 1) * rb * cb);
+          DequantizeFp8Blocks(q, rows, in, kB,
+                              std::span<float>(dense).subspan(x * rows * in, rows * in));
+        }
+      };
+      auto upload_u8 = [&](const std::vector<uint8_t>& bytes, std::vector<int64_t> shape) {
+        const Tensor t = Keep(cuda().Allocate(DType::kU8, shape));
+        EXPECT_TRUE(cuda().CopyFromHost(bytes.data(), t).ok());
+        return t;
+      };
+      std::vector<float> gu_dense, dn_dense;
+      ExpertWeights mx;
+      mx.format = format;
+      if (fp8) {
+        std::vector<uint8_t> gu_codes, dn_codes;
+        std::vector<float> gu_scales, dn_scales;
+        random_fp8(2 * i, h, gu_codes, gu_scales, gu_dense);
+        random_fp8(h, i, dn_codes, dn_scales, dn_dense);
+        mx.gate_up_blocks = upload_u8(gu_codes, {e, 2 * i, h});
+        mx.gate_up_scales = Upload(gu_scales, {e, (2 * i + kB - 1) / kB, (h + kB - 1) / kB},
+                                   DType::kF32).cuda;
+        mx.down_blocks = upload_u8(dn_codes, {e, h, i});
+        mx.down_scales =
+            Upload(dn_scales, {e, (h + kB - 1) / kB, (i + kB - 1) / kB}, DType::kF32).cuda;
+      } else {
+        std::vector<uint8_t> gu_blocks, gu_scales, dn_blocks, dn_scales;
+        random_mxfp4(2 * i, h, gu_blocks, gu_scales, gu_dense);
+        random_mxfp4(h, i, dn_blocks, dn_scales, dn_dense);
+        mx.gate_up_blocks = upload_u8(gu_blocks, {e, 2 * i, h / 32, 16});
+        mx.gate_up_scales = upload_u8(gu_scales, {e, 2 * i, h / 32});
+        mx.down_blocks = upload_u8(dn_blocks, {e, h, i / 32, 16});
+        mx.down_scales = upload_u8(dn_scales, {e, h, i / 32});
       }
-    }
-    const Twin ids = UploadI32(id_values, {c.tokens, c.k});
-    const Twin weights = Upload(weight_values, {c.tokens, c.k}, DType::kF32);
-    const Twin x = Upload(RandomBf16(c.tokens * h, rng), {c.tokens, h});
-    const Twin out = Poisoned({c.tokens, h});
-    const std::vector<float> poison(c.tokens * h, NAN);
-    const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
-    ASSERT_TRUE(cpu().Experts(x.cpu, ids.cpu, weights.cpu, dense, glu, out.cpu).ok());
-    ASSERT_TRUE(cuda().Synchronize().ok());  // uploads done before the other backend's stream
-    for (CudaBackend* b : {&cuda(), invariant->get()}) {
-      const bool gemm_always = b != &cuda();
-      SCOPED_TRACE(gemm_always ? "batch-invariant backend" : "default backend");
-      UploadCuda(poison, out.cuda);  // each backend must write every output itself
-      ASSERT_TRUE(cuda().Synchronize().ok());
-      const absl::Status run = b->Experts(x.cuda, ids.cuda, weights.cuda, mx, glu, out.cuda);
-      ASSERT_TRUE(run.ok()) << run;
-      ASSERT_TRUE(b->Synchronize().ok());
-      // The device rounds the activations to bf16 before the down projection (the CPU keeps f32).
-      EXPECT_LE(Error(out), 2 * kBf16OutTol);
-      if (c.tokens > 64) continue;
-      const std::vector<float> batch = DownloadCuda(out.cuda);
-      const bool same_kernel = gemm_always || c.tokens <= kMoeGemvMaxTokens;
-      int differing = 0;
+      const Twin gub = Upload(RandomBf16(e * 2 * i, rng), {e, 2 * i});
+      const Twin dnb = Upload(RandomBf16(e * h, rng), {e, h});
+      ExpertWeights dense;
+      dense.gate_up = Keep(cpu().Allocate(DType::kF32, {e, 2 * i, h}));
+      dense.down = Keep(cpu().Allocate(DType::kF32, {e, h, i}));
+      ASSERT_TRUE(cpu().CopyFromHost(gu_dense.data(), dense.gate_up).ok());
+      ASSERT_TRUE(cpu().CopyFromHost(dn_dense.data(), dense.down).ok());
+      dense.gate_up_bias = gub.cpu;
+      dense.down_bias = dnb.cpu;
+      mx.gate_up_bias = gub.cuda;
+      mx.down_bias = dnb.cuda;
+
+      std::vector<int32_t> id_values(c.tokens * c.k);
+      std::vector<float> weight_values(c.tokens * c.k);
       for (int64_t t = 0; t < c.tokens; ++t) {
-        const Tensor one = Keep(cuda().Allocate(DType::kBF16, {1, h}));
-        UploadCuda(std::vector<float>(h, NAN), one);
-        ASSERT_TRUE(cuda().Synchronize().ok());
-        ASSERT_TRUE(b->Experts(x.cuda.SliceRows(t, t + 1), ids.cuda.SliceRows(t, t + 1),
-                               weights.cuda.SliceRows(t, t + 1), mx, glu, one)
-                        .ok());
-        ASSERT_TRUE(b->Synchronize().ok());
-        const std::vector<float> alone = DownloadCuda(one);
-        const std::vector<float> in_batch(batch.begin() + t * h, batch.begin() + (t + 1) * h);
-        if (same_kernel) {
-          differing += alone != in_batch;
-        } else {
-          EXPECT_LE(RelativeError(alone, in_batch), 2 * kBf16OutTol) << "token " << t;
+        std::vector<int32_t> perm(e);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t j = 0; j < c.k; ++j) {
+          id_values[t * c.k + j] = perm[j];
+          weight_values[t * c.k + j] = RoundBf16(0.1f + 0.8f * (rng() % 1000) / 1000.0f);
         }
       }
-      EXPECT_EQ(differing, 0) << "tokens computed alone differ from the batch";
+      const Twin ids = UploadI32(id_values, {c.tokens, c.k});
+      const Twin weights = Upload(weight_values, {c.tokens, c.k}, DType::kF32);
+      const Twin x = Upload(RandomBf16(c.tokens * h, rng), {c.tokens, h});
+      const Twin out = Poisoned({c.tokens, h});
+      const std::vector<float> poison(c.tokens * h, NAN);
+      const GluParams glu{.limit = 1.5f, .alpha = 1.702f};
+      ASSERT_TRUE(cpu().Experts(x.cpu, ids.cpu, weights.cpu, dense, glu, out.cpu).ok());
+      ASSERT_TRUE(cuda().Synchronize().ok());  // uploads done before the other backend's stream
+      for (CudaBackend* b : {&cuda(), invariant->get()}) {
+        const bool gemm_always = b != &cuda();
+        SCOPED_TRACE(gemm_always ? "batch-invariant backend" : "default backend");
+        UploadCuda(poison, out.cuda);  // each backend must write every output itself
+        ASSERT_TRUE(cuda().Synchronize().ok());
+        const absl::Status run = b->Experts(x.cuda, ids.cuda, weights.cuda, mx, glu, out.cuda);
+        ASSERT_TRUE(run.ok()) << run;
+        ASSERT_TRUE(b->Synchronize().ok());
+        // The device rounds the activations to bf16 before the down projection (the CPU keeps f32).
+        EXPECT_LE(Error(out), 2 * kBf16OutTol);
+        if (c.tokens > 64) continue;
+        const std::vector<float> batch = DownloadCuda(out.cuda);
+        const bool same_kernel = gemm_always || c.tokens <= kMoeGemvMaxTokens;
+        int differing = 0;
+        for (int64_t t = 0; t < c.tokens; ++t) {
+          const Tensor one = Keep(cuda().Allocate(DType::kBF16, {1, h}));
+          UploadCuda(std::vector<float>(h, NAN), one);
+          ASSERT_TRUE(cuda().Synchronize().ok());
+          ASSERT_TRUE(b->Experts(x.cuda.SliceRows(t, t + 1), ids.cuda.SliceRows(t, t + 1),
+                                 weights.cuda.SliceRows(t, t + 1), mx, glu, one)
+                          .ok());
+          ASSERT_TRUE(b->Synchronize().ok());
+          const std::vector<float> alone = DownloadCuda(one);
+          const std::vector<float> in_batch(batch.begin() + t * h, batch.begin() + (t + 1) * h);
+          if (same_kernel) {
+            differing += alone != in_batch;
+          } else {
+            EXPECT_LE(RelativeError(alone, in_batch), 2 * kBf16OutTol) << "token " << t;
+          }
+        }
+        EXPECT_EQ(differing, 0) << "tokens computed alone differ from the batch";
+      }
     }
   }
 }

@@ -20,9 +20,11 @@
 // lm_head; a stage's layers keep their global index, so the sliding / full alternation holds.
 #include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/fp8.h"
 #include "kernels/mxfp4.h"
 #include "worker/model/architectures.h"
 #include "worker/model/layers.h"
@@ -45,9 +47,27 @@ std::vector<float> TransposeExperts(const std::vector<float>& src, int64_t exper
   return dst;
 }
 
-// One expert matrix [E, rows, in] from `name` (MXFP4 `_blocks`/`_scales` or dense).
-Buffer LoadExpertMatrix(WeightLoader& loader, const std::string& name, int64_t experts,
-                        int64_t rows, int64_t in) {
+// Host floats of an expert matrix: [experts, rows, in] values. Left uninitialised when made:
+// zero-filling 2 GB per tensor first would cost as much as decoding it.
+struct HostExperts {
+  std::unique_ptr<float[]> values;
+  size_t size = 0;
+  int64_t experts = 0, rows = 0, in = 0;
+
+  HostExperts() = default;
+  HostExperts(int64_t e, int64_t r, int64_t i)
+      : values(new float[static_cast<size_t>(e * r * i)]),
+        size(static_cast<size_t>(e * r * i)),
+        experts(e),
+        rows(r),
+        in(i) {}
+  bool ok() const { return values != nullptr; }
+  std::span<float> span() const { return {values.get(), size}; }
+};
+
+// One expert matrix [E, rows, in] from `name` (MXFP4 `_blocks`/`_scales` or dense) as floats.
+HostExperts ReadExpertMatrix(WeightLoader& loader, const std::string& name, int64_t experts,
+                             int64_t rows, int64_t in) {
   if (loader.Has(name + "_blocks")) {
     const int64_t groups = in / 32;
     std::vector<uint8_t> blocks =
@@ -55,25 +75,23 @@ Buffer LoadExpertMatrix(WeightLoader& loader, const std::string& name, int64_t e
     std::vector<uint8_t> scales =
         loader.TakeBytes(name + "_scales", {experts, rows, groups}, kernels::DType::kU8);
     if (blocks.empty() || scales.empty()) return {};
-    // Left uninitialised: zero-filling 2 GB per tensor first would cost as much as decoding it.
-    const auto n = static_cast<size_t>(experts * rows * in);
-    std::unique_ptr<float[]> dense(new float[n]);
-    if (!kernels::DequantizeMxfp4(blocks, scales, experts * rows, groups, {dense.get(), n}).ok()) {
+    HostExperts dense(experts, rows, in);
+    if (!kernels::DequantizeMxfp4(blocks, scales, experts * rows, groups, dense.span()).ok()) {
       return {};
     }
-    loader.QuantizeFp8InPlace({dense.get(), n}, experts, rows, in);
-    return loader.Upload({dense.get(), n}, {experts, rows, in});
+    return dense;
   }
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, host)) return {};
-  std::vector<float> dense = TransposeExperts(host, experts, in, rows);
-  loader.QuantizeFp8InPlace(dense, experts, rows, in);
-  return loader.Upload(dense, {experts, rows, in});
+  HostExperts dense(experts, rows, in);
+  const std::vector<float> transposed = TransposeExperts(host, experts, in, rows);
+  std::copy(transposed.begin(), transposed.end(), dense.values.get());
+  return dense;
 }
 
 // `slice` (dim 1: rows, dim 2: in, one range) of the [E, rows, in] expert matrix `name`.
-Buffer LoadExpertMatrixSlice(WeightLoader& loader, const std::string& name, int64_t experts,
-                             int64_t rows, int64_t in, const TensorSlice& slice) {
+HostExperts ReadExpertMatrixSlice(WeightLoader& loader, const std::string& name, int64_t experts,
+                                  int64_t rows, int64_t in, const TensorSlice& slice) {
   const int64_t begin = slice.ranges[0].begin, end = slice.ranges[0].end;
   const int64_t out_rows = slice.dim == 1 ? end - begin : rows;
   const int64_t out_in = slice.dim == 2 ? end - begin : in;
@@ -95,21 +113,50 @@ Buffer LoadExpertMatrixSlice(WeightLoader& loader, const std::string& name, int6
     const int64_t decoded_in = num_groups * 32, n = experts * out_rows;
     std::vector<float> decoded(static_cast<size_t>(n * decoded_in));
     if (!kernels::DequantizeMxfp4(blocks, scales, n, num_groups, decoded).ok()) return {};
-    std::vector<float> dense(static_cast<size_t>(n * out_in));
+    HostExperts dense(experts, out_rows, out_in);
     const int64_t skip = slice.dim == 2 ? begin - first_group * 32 : 0;
     for (int64_t r = 0; r < n; ++r) {
-      std::copy_n(decoded.begin() + r * decoded_in + skip, out_in, dense.begin() + r * out_in);
+      std::copy_n(decoded.begin() + r * decoded_in + skip, out_in,
+                  dense.values.get() + r * out_in);
     }
-    loader.QuantizeFp8InPlace(dense, experts, out_rows, out_in);
-    return loader.Upload(dense, {experts, out_rows, out_in});
+    return dense;
   }
   // HF parameter layout [E, in, rows]: our dim 1 is its dim 2 and vice versa.
   const TensorSlice stored{.dim = 3 - slice.dim, .ranges = slice.ranges};
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, stored, host)) return {};
-  std::vector<float> dense = TransposeExperts(host, experts, out_in, out_rows);
-  loader.QuantizeFp8InPlace(dense, experts, out_rows, out_in);
-  return loader.Upload(dense, {experts, out_rows, out_in});
+  HostExperts dense(experts, out_rows, out_in);
+  const std::vector<float> transposed = TransposeExperts(host, experts, out_in, out_rows);
+  std::copy(transposed.begin(), transposed.end(), dense.values.get());
+  return dense;
+}
+
+// An expert matrix on the device: dense values (through FP8 and back when quantising on load),
+// or, with `fp8`, E4M3 codes [E, rows, in] and the f32 scales of their 128 x 128 blocks
+// [E, ceil(rows/128), ceil(in/128)] (ExpertWeights::Format::kFp8).
+struct DeviceExperts {
+  Buffer values, scales;
+};
+DeviceExperts UploadExpertMatrix(WeightLoader& loader, const HostExperts& m, bool fp8) {
+  if (!m.ok()) return {};  // the loader recorded why
+  if (!fp8) {
+    loader.QuantizeFp8InPlace(m.span(), m.experts, m.rows, m.in);
+    return {loader.Upload(m.span(), {m.experts, m.rows, m.in}), {}};
+  }
+  const int64_t b = loader.quantize_fp8_block();
+  const int64_t row_blocks = (m.rows + b - 1) / b, col_blocks = (m.in + b - 1) / b;
+  const size_t per_expert = static_cast<size_t>(m.rows * m.in);
+  std::vector<uint8_t> codes(m.size);
+  std::vector<float> scales(static_cast<size_t>(m.experts * row_blocks * col_blocks));
+  for (int64_t e = 0; e < m.experts; ++e) {
+    const kernels::Fp8Blocks q =
+        kernels::QuantizeFp8Blocks(m.span().subspan(e * per_expert, per_expert), m.rows, m.in, b);
+    std::copy(q.codes.begin(), q.codes.end(), codes.begin() + e * per_expert);
+    std::copy(q.scale_inv.begin(), q.scale_inv.end(),
+              scales.begin() + e * row_blocks * col_blocks);
+  }
+  return {loader.UploadBytes(codes, {m.experts, m.rows, m.in}),
+          loader.Upload(scales, {m.experts, row_blocks, col_blocks}, kernels::DType::kF32)};
 }
 
 class GptOssModel final : public Model {
@@ -205,8 +252,8 @@ class GptOssModel final : public Model {
       kernels::ExpertWeights experts;
       experts.gate_up_bias = layer.gate_up_bias.view();
       experts.down_bias = layer.down_bias.view();
-      if (layer.mxfp4) {
-        experts.format = kernels::ExpertWeights::Format::kMxfp4;
+      experts.format = layer.format;
+      if (layer.format != kernels::ExpertWeights::Format::kDense) {
         experts.gate_up_blocks = layer.gate_up.view();
         experts.gate_up_scales = layer.gate_up_scales.view();
         experts.down_blocks = layer.down.view();
@@ -246,9 +293,10 @@ class GptOssModel final : public Model {
     // I is this rank's share of intermediate_size.
     Buffer gate_up, gate_up_bias;            // [E, 2I, H] (rows interleave gate/up), [E, 2I]
     Buffer down, down_bias;                  // [E, H, I], [E, H] (zeros on ranks other than 0)
-    // mxfp4: gate_up and down hold the checkpoint's u8 blocks ([E, 2I, H/32, 16],
-    // [E, H, I/32, 16]) and these their u8 scales ([E, 2I, H/32], [E, H, I/32]).
-    bool mxfp4 = false;
+    // kMxfp4: gate_up and down hold the checkpoint's u8 blocks ([E, 2I, H/32, 16],
+    // [E, H, I/32, 16]) and these their u8 scales ([E, 2I, H/32], [E, H, I/32]); kFp8: E4M3
+    // codes and f32 block scales (ExpertWeights).
+    kernels::ExpertWeights::Format format = kernels::ExpertWeights::Format::kDense;
     Buffer gate_up_scales, down_scales;
   };
 
@@ -265,7 +313,7 @@ class GptOssModel final : public Model {
                         Layer& layer) {
     const int64_t h = c.hidden_size, inter = c.intermediate_size, e = c.moe.num_experts;
     const kernels::DType u8 = kernels::DType::kU8;
-    layer.mxfp4 = true;
+    layer.format = kernels::ExpertWeights::Format::kMxfp4;
     const std::vector<int64_t> gu_blocks = {e, 2 * inter, h / 32, 16};
     const std::vector<int64_t> gu_scales = {e, 2 * inter, h / 32};
     const std::vector<int64_t> dn_blocks = {e, h, inter / 32, 16};
@@ -286,6 +334,16 @@ class GptOssModel final : public Model {
     layer.down_scales = loader.Take(x + "down_proj_scales", dn_scales, groups, u8);
   }
 
+  // Whether this rank keeps the experts in FP8 (decoded in the kernels): a CUDA backend that
+  // multiplies FP8 weights (--fp8-matmuls) quantising on load with the kernels' 128 x 128 blocks.
+  // Otherwise quantised experts are decoded to dense at load.
+  bool KeepsFp8(const WeightLoader& loader, const ModelConfig& c) const {
+    const int64_t inter = c.intermediate_size;
+    return backend_->device() == kernels::DeviceType::kCuda && loader.fp8_matmuls() &&
+           loader.quantize_fp8_block() == kernels::kFp8ExpertBlock &&
+           inter % tp_.size == 0 && (inter / tp_.size) % 32 == 0;
+  }
+
   void LoadExperts(WeightLoader& loader, const ModelConfig& c, const std::string& x,
                    Layer& layer) {
     const int64_t h = c.hidden_size, inter = c.intermediate_size, e = c.moe.num_experts;
@@ -293,14 +351,24 @@ class GptOssModel final : public Model {
     const TensorSlice gate_up_rows = tp_.Split(1, 2 * inter);
     if (KeepsMxfp4(loader, c, x)) {
       LoadMxfp4Experts(loader, c, x, layer);
-    } else if (!tp_.sharded()) {
-      layer.gate_up = LoadExpertMatrix(loader, x + "gate_up_proj", e, 2 * inter, h);
-      layer.down = LoadExpertMatrix(loader, x + "down_proj", e, h, inter);
     } else {
-      layer.gate_up =
-          LoadExpertMatrixSlice(loader, x + "gate_up_proj", e, 2 * inter, h, gate_up_rows);
-      layer.down =
-          LoadExpertMatrixSlice(loader, x + "down_proj", e, h, inter, tp_.Split(2, inter));
+      const bool fp8 = KeepsFp8(loader, c);
+      const HostExperts gate_up =
+          tp_.sharded()
+              ? ReadExpertMatrixSlice(loader, x + "gate_up_proj", e, 2 * inter, h, gate_up_rows)
+              : ReadExpertMatrix(loader, x + "gate_up_proj", e, 2 * inter, h);
+      DeviceExperts gu = UploadExpertMatrix(loader, gate_up, fp8);
+      const HostExperts down =
+          tp_.sharded()
+              ? ReadExpertMatrixSlice(loader, x + "down_proj", e, h, inter, tp_.Split(2, inter))
+              : ReadExpertMatrix(loader, x + "down_proj", e, h, inter);
+      DeviceExperts dn = UploadExpertMatrix(loader, down, fp8);
+      layer.format = fp8 ? kernels::ExpertWeights::Format::kFp8
+                         : kernels::ExpertWeights::Format::kDense;
+      layer.gate_up = std::move(gu.values);
+      layer.gate_up_scales = std::move(gu.scales);
+      layer.down = std::move(dn.values);
+      layer.down_scales = std::move(dn.scales);
     }
     if (!tp_.sharded()) {
       layer.gate_up_bias = loader.Take(x + "gate_up_proj_bias", {e, 2 * inter});

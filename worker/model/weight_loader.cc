@@ -244,6 +244,16 @@ std::vector<uint8_t> WeightLoader::TakeBytes(const std::string& name, std::vecto
   return BytesOfType(name, view->dtype, dtype, view->data);
 }
 
+kernels::Buffer WeightLoader::UploadBytes(std::span<const uint8_t> bytes,
+                                          std::vector<int64_t> shape) {
+  auto buffer = backend_->Allocate(kernels::DType::kU8, shape);
+  if (!buffer.ok() || !backend_->CopyFromHost(bytes.data(), buffer->view()).ok()) {
+    problems_.push_back(absl::StrCat("upload of ", ShapeString(shape), " failed"));
+    return {};
+  }
+  return std::move(*buffer);
+}
+
 kernels::Buffer WeightLoader::Upload(std::span<const float> values, std::vector<int64_t> shape) {
   return Upload(values, std::move(shape), backend_->compute_dtype());
 }

@@ -56,8 +56,10 @@ class WeightLoader {
   // (under TP the same as the checkpoint's when shard edges are multiples of `block`). 0: off.
   void set_quantize_fp8_block(int64_t block) { quantize_fp8_block_ = block; }
   bool quantizes_fp8() const { return quantize_fp8_block_ > 0; }
+  int64_t quantize_fp8_block() const { return quantize_fp8_block_; }
   // FP8 linear weights kept as FP8 for Backend::MatmulFp8 (TakeFp8); off: decoded at load.
   void set_fp8_matmuls(bool on) { fp8_matmuls_ = on; }
+  bool fp8_matmuls() const { return fp8_matmuls_; }
 
   // An FP8 linear weight on the host: E4M3 codes [rows, cols] and f32 scales
   // [ceil(rows / block), ceil(cols / block)] (kernels/fp8.h).
@@ -95,6 +97,8 @@ class WeightLoader {
   // the same shape check; false when missing or misshapen (recorded).
   bool ReadHostFloats(const std::string& name, const std::vector<int64_t>& shape,
                       std::vector<float>& out);
+  // Uploads host bytes produced by the caller (e.g. FP8 codes) into a new u8 tensor.
+  kernels::Buffer UploadBytes(std::span<const uint8_t> bytes, std::vector<int64_t> shape);
   // Uploads host floats produced by the caller into a new tensor of the compute dtype (or `dtype`).
   kernels::Buffer Upload(std::span<const float> values, std::vector<int64_t> shape);
   kernels::Buffer Upload(std::span<const float> values, std::vector<int64_t> shape,

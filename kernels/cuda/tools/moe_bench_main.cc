@@ -1,13 +1,15 @@
-// xserv-moe-bench: the MXFP4 mixture-of-experts kernels (moe_mxfp4.h) alone, on gpt-oss-20b's
-// shapes by default: one layer's experts for T tokens routed top-k over E experts, as
-// CudaBackend::ExpertsMxfp4 runs them (LaunchMoeMxfp4Layer), and each projection alone. Calls
-// alternate over enough copies of the layer's experts that every call reads its experts from HBM
-// (one gpt-oss-20b layer holds 415 MB of MXFP4 experts; the H200's L2 50 MB), captured into a CUDA
-// graph as the decode graphs do. Reports µs per call, the bytes of the experts the tokens use
-// (blocks and scales) per µs, and TFLOP/s of the MMA work the pairs need.
+// xserv-moe-bench: the quantised mixture-of-experts kernels (moe_quantized.h) alone, MXFP4 or FP8
+// experts, on gpt-oss-20b's shapes by default: one layer's experts for T tokens routed top-k over
+// E experts, as CudaBackend::ExpertsQuantized runs them (LaunchMoeLayer), and each projection
+// alone. Calls alternate over enough copies of the layer's experts that every call reads its
+// experts from HBM (one gpt-oss-20b layer holds 415 MB of MXFP4 experts, 800 MB of FP8; the
+// H200's L2 50 MB), captured into a CUDA graph as the decode graphs do. Reports µs per call, the
+// bytes of the experts the tokens use (codes and scales) per µs, and TFLOP/s of the MMA work the
+// pairs need.
 //
 // Usage: xserv-moe-bench [--tokens 1,2,4,8,64,256,2048] [--experts 32] [--top-k 4]
-//                        [--hidden 2880] [--inter 2880] [--kernel auto|gemv|gemm] [--json FILE]
+//                        [--hidden 2880] [--inter 2880] [--kernel auto|gemv|gemm]
+//                        [--format mxfp4|fp8] [--json FILE]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -24,7 +26,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "kernels/cuda/moe_mxfp4.h"
+#include "kernels/cuda/moe_quantized.h"
 #include "kernels/cuda/tools/bench_util.h"
 #include "nlohmann/json.hpp"
 
@@ -39,14 +41,14 @@ void* DeviceBytes(int64_t bytes, int value) {
   return p;
 }
 
-// One copy of a layer's experts in the HF MXFP4 layout (MoeLayerArgs' weight fields).
+// One copy of a layer's experts as MoeLayerArgs' weight fields take them (MoeWeightFormat).
 struct ExpertsCopy {
-  void* gate_up_blocks;  // [E, 2I, H/32, 16]
-  void* gate_up_scales;  // [E, 2I, H/32]
-  void* gate_up_bias;    // bf16 [E, 2I]
-  void* down_blocks;     // [E, H, I/32, 16]
-  void* down_scales;     // [E, H, I/32]
-  void* down_bias;       // bf16 [E, H]
+  void* gate_up_blocks;
+  void* gate_up_scales;
+  void* gate_up_bias;  // bf16 [E, 2I]
+  void* down_blocks;
+  void* down_scales;
+  void* down_bias;  // bf16 [E, H]
 };
 
 struct Config {
@@ -56,10 +58,10 @@ struct Config {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"MXFP4 mixture-of-experts kernels on gpt-oss-20b's shapes"};
+  CLI::App app{"Quantised mixture-of-experts kernels on gpt-oss-20b's shapes"};
   Config c;
   std::string tokens_spec = "1,2,4,8,16,64,256,2048";
-  std::string kernel = "auto";
+  std::string kernel = "auto", format_name = "mxfp4";
   std::string json_path;
   int calls = 40, repeats = 5, copies = 2;
   app.add_option("--tokens", tokens_spec, "token counts to time")->capture_default_str();
@@ -69,6 +71,9 @@ int main(int argc, char** argv) {
   app.add_option("--inter", c.inter, "a multiple of 32")->capture_default_str();
   app.add_option("--kernel", kernel, "auto (as CudaBackend picks), gemv or gemm")
       ->check(CLI::IsMember({"auto", "gemv", "gemm"}))
+      ->capture_default_str();
+  app.add_option("--format", format_name, "the experts' weights: MXFP4 or FP8 (128 x 128 blocks)")
+      ->check(CLI::IsMember({"mxfp4", "fp8"}))
       ->capture_default_str();
   app.add_option("--calls", calls, "calls per timed graph")->capture_default_str();
   app.add_option("--repeats", repeats, "timed replays (best kept)")->capture_default_str();
@@ -91,24 +96,36 @@ int main(int argc, char** argv) {
   }
 
   const int64_t e = c.experts, h = c.hidden, i = c.inter;
-  // Bytes of one expert's MXFP4 blocks and scales, per projection.
-  const int64_t gate_up_bytes = 2 * i * (h / 32) * 17, down_bytes = h * (i / 32) * 17;
+  const bool fp8 = format_name == "fp8";
+  // Bytes of one expert's codes and scales of a [rows, in] matrix.
+  const auto matrix_bytes = [&](int64_t rows, int64_t in) {
+    constexpr int64_t b = cuda::kMoeFp8Block;
+    return fp8 ? rows * in + (rows + b - 1) / b * ((in + b - 1) / b) * 4 : rows * (in / 32) * 17;
+  };
+  const auto scale_bytes = [&](int64_t rows, int64_t in) {
+    return fp8 ? matrix_bytes(rows, in) - rows * in : rows * in / 32;
+  };
+  const int64_t gate_up_bytes = matrix_bytes(2 * i, h), down_bytes = matrix_bytes(h, i);
   std::vector<ExpertsCopy> layer_copies;
   for (int n = 0; n < copies; ++n) {
-    // Codes 0x3c: 1.5 and 1.0 (low nibble first); scales 0x7a: 2^-5; bias bf16 0x3c3c = 0.0115.
-    layer_copies.push_back({.gate_up_blocks = DeviceBytes(e * 2 * i * h / 2, 0x3c),
-                            .gate_up_scales = DeviceBytes(e * 2 * i * h / 32, 0x7a),
+    // MXFP4: codes 0x3c are 1.5 and 1.0 (low nibble first), scales 0x7a 2^-5. FP8: codes 0x3c are
+    // 1.5, scales 0x3c3c3c3c 0.0115. Bias bf16 0x3c3c = 0.0115.
+    const int code_div = fp8 ? 1 : 2, scale_byte = fp8 ? 0x3c : 0x7a;
+    layer_copies.push_back({.gate_up_blocks = DeviceBytes(e * 2 * i * h / code_div, 0x3c),
+                            .gate_up_scales = DeviceBytes(e * scale_bytes(2 * i, h), scale_byte),
                             .gate_up_bias = DeviceBytes(e * 2 * i * 2, 0x3c),
-                            .down_blocks = DeviceBytes(e * h * i / 2, 0x3c),
-                            .down_scales = DeviceBytes(e * h * i / 32, 0x7a),
+                            .down_blocks = DeviceBytes(e * h * i / code_div, 0x3c),
+                            .down_scales = DeviceBytes(e * scale_bytes(h, i), scale_byte),
                             .down_bias = DeviceBytes(e * h * 2, 0x3c)});
   }
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs; %d experts top-%d, hidden %d, inter %d; %d copies of %.0f MB\n",
-              prop.name, prop.multiProcessorCount, c.experts, c.top_k, c.hidden, c.inter, copies,
+  std::printf("device: %s, %d SMs; %s, %d experts top-%d, hidden %d, inter %d; %d copies of "
+              "%.0f MB\n",
+              prop.name, prop.multiProcessorCount, format_name.c_str(), c.experts, c.top_k,
+              c.hidden, c.inter, copies,
               static_cast<double>(e * (gate_up_bytes + down_bytes)) / 1e6);
   std::printf("%6s %-5s %-8s %8s %10s %9s %9s\n", "tokens", "kern", "part", "experts", "us/call",
               "GB/s", "TFLOP/s");
@@ -134,6 +151,8 @@ int main(int argc, char** argv) {
                              .experts = c.experts,
                              .hidden = c.hidden,
                              .inter = c.inter,
+                             .format = fp8 ? cuda::MoeWeightFormat::kFp8
+                                           : cuda::MoeWeightFormat::kMxfp4,
                              .act = DeviceBytes(pairs * i * 2, 0),
                              .y = static_cast<float*>(DeviceBytes(pairs * h * 4, 0)),
                              .out = {DeviceBytes(t * h * 2, 0), t, h, h}};
@@ -147,10 +166,10 @@ int main(int argc, char** argv) {
       const ExpertsCopy& w = layer_copies[static_cast<size_t>(n) % layer_copies.size()];
       cuda::MoeLayerArgs l = layer;
       l.gate_up_blocks = static_cast<const uint8_t*>(w.gate_up_blocks);
-      l.gate_up_scales = static_cast<const uint8_t*>(w.gate_up_scales);
+      l.gate_up_scales = w.gate_up_scales;
       l.gate_up_bias = w.gate_up_bias;
       l.down_blocks = static_cast<const uint8_t*>(w.down_blocks);
-      l.down_scales = static_cast<const uint8_t*>(w.down_scales);
+      l.down_scales = w.down_scales;
       l.down_bias = w.down_bias;
       return l;
     };
@@ -171,7 +190,7 @@ int main(int argc, char** argv) {
       const auto call = [&](int n, cudaStream_t s) {
         const cuda::MoeLayerArgs l = with_experts(n);
         if (name == "layer") {
-          CHECK_CUDA(cuda::LaunchMoeMxfp4Layer(l, gemv, s));
+          CHECK_CUDA(cuda::LaunchMoeLayer(l, gemv, s));
           return;
         }
         const cuda::MoeGemmArgs projection = name == "gate_up" ? l.GateUp() : l.Down();
@@ -179,7 +198,7 @@ int main(int argc, char** argv) {
           CHECK_CUDA(cuda::LaunchMoeAlign(l.ids, static_cast<int>(pairs), l.experts,
                                           projection.routing, s));
         }
-        CHECK_CUDA(cuda::LaunchMoeMxfp4Projection(projection, gemv, s));
+        CHECK_CUDA(cuda::LaunchMoeProjection(projection, gemv, s));
       };
       for (int n = 0; n < copies; ++n) call(n, stream);  // kernel attributes, outside capture
       CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -218,6 +237,7 @@ int main(int argc, char** argv) {
                           {"hidden", c.hidden},
                           {"inter", c.inter},
                           {"kernel", kernel},
+                          {"format", format_name},
                           {"copies", copies}}},
                         {"rows", rows}}
              .dump(1)

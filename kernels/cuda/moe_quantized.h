@@ -1,16 +1,17 @@
-// Launchers of the MXFP4 (W4A16) mixture-of-experts kernels (moe_mxfp4.cu). Host API only;
-// CudaBackend::Experts validates and chunks the tokens first (ops_moe.cc).
+// Launchers of the mixture-of-experts kernels over quantised expert weights, MXFP4 or FP8 (W4A16
+// or W8A16; moe_quantized.cu). Host API only; CudaBackend::Experts validates and chunks the
+// tokens first (ops_moe.cc).
 //
 // One MoE layer over T tokens with top-k routing runs as four launches (three for a few tokens:
-// LaunchMoeMxfp4Gemv needs no alignment; see kMoeGemvMaxTokens):
+// LaunchMoeGemv needs no alignment; see kMoeGemvMaxTokens):
 //   1. MoeAlign: the T*k (token, slot) pairs p = t*k + j grouped by expert into blocks of
 //      kMoeBlockRows pair rows (each expert's last block padded with -1), with each block's expert;
-//   2. MoeMxfp4Gemm (GLU): act[p] = Glu(gate_up[e] · x[t] + bias) per pair, bf16;
-//   3. MoeMxfp4Gemm (plain): y[p] = down[e] · act[p] + bias, f32;
+//   2. MoeGemm (GLU): act[p] = Glu(gate_up[e] · x[t] + bias) per pair, bf16;
+//   3. MoeGemm (plain): y[p] = down[e] · act[p] + bias, f32;
 //   4. MoeCombine: out[t] = sum_j weights[t, j] * y[t*k + j] in slot order (deterministic).
-// The GEMMs stream the expert weights in the HF checkpoint layout (u8 blocks [E, rows, G, 16],
-// two E2M1 codes per byte, low nibble first; u8 E8M0 scales [E, rows, G]) and decode them in
-// registers into bf16 tensor-core operands; only experts with routed tokens are read.
+// The GEMMs stream the expert weights (MoeWeightFormat) and decode them in registers into bf16
+// tensor-core operands, exactly the bf16 weights a dense copy would hold; only experts with
+// routed tokens are read.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -54,12 +55,23 @@ inline constexpr int kMoeMaxExperts = 1024;
 cudaError_t LaunchMoeAlign(const int32_t* ids, int pairs, int experts, const MoeRouting& routing,
                            cudaStream_t stream);
 
+// How an expert matrix [E, N, K] (K a multiple of 32) is stored:
+// - kMxfp4, the HF checkpoint layout: u8 blocks [E, N, K/32, 16] (two E2M1 codes per byte, low
+//   nibble first) and u8 E8M0 scales [E, N, K/32];
+// - kFp8: u8 E4M3 codes [E, N, K] and f32 scales [E, ceil(N/128), ceil(K/128)] of 128 x 128
+//   blocks (kernels/fp8.h's layout per expert). A weight is bf16(code * bf16(scale)): the scale
+//   is rounded to bf16 first, exact for scales made by quantising on load (kernels/fp8.h), and
+//   the product rounds once, as a dense bf16 copy of code * scale would.
+enum class MoeWeightFormat { kMxfp4, kFp8 };
+inline constexpr int kMoeFp8Block = 128;
+
 struct MoeGemmArgs {
   // A rows: pair p reads row p / a_row_div of `a` (x rows: div = k; act rows: div = 1).
   RowsView a;  // bf16 [*, K]
   int a_row_div = 1;
-  const uint8_t* blocks = nullptr;  // [E, N, K/32, 16]
-  const uint8_t* scales = nullptr;  // [E, N, K/32]
+  MoeWeightFormat format = MoeWeightFormat::kMxfp4;
+  const uint8_t* blocks = nullptr;  // kMxfp4: [E, N, K/32, 16]; kFp8: codes [E, N, K]
+  const void* scales = nullptr;     // kMxfp4: u8 [E, N, K/32]; kFp8: f32 (MoeWeightFormat)
   const void* bias = nullptr;       // bf16 [E, N]
   int n = 0;                        // output features (rows of each expert matrix)
   int k = 0;                        // inputs, a multiple of 32
@@ -72,20 +84,20 @@ struct MoeGemmArgs {
   float limit = 7.0f;
   float alpha = 1.702f;
   void* out = nullptr;
-  // LaunchMoeMxfp4Gemv only, instead of `routing` and `max_blocks`: pair p < a.rows * a_row_div
+  // LaunchMoeGemv only, instead of `routing` and `max_blocks`: pair p < a.rows * a_row_div
   // uses expert ids[p] (pairs outside [0, experts) are skipped; the combine poisons their tokens).
   const int32_t* ids = nullptr;
   int experts = 0;
-  bool pdl = false;  // LaunchMoeMxfp4Gemv: launched programmatically (pdl.cuh)
-  // LaunchMoeMxfp4Gemv with pdl: `ids` was written before the previous kernel's PdlWait, and
+  bool pdl = false;  // LaunchMoeGemv: launched programmatically (pdl.cuh)
+  // LaunchMoeGemv with pdl: `ids` was written before the previous kernel's PdlWait, and
   // that kernel waits before it lets this one launch in every CTA (the down projection after the
   // gate_up GEMV). Its writer has then completed before this kernel starts, so the GEMV reads
   // the ids and loads its first weights before its own PdlWait, overlapping the gate_up's tail.
   bool ids_before_previous_wait = false;
 };
-cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream);
+cudaError_t LaunchMoeGemm(const MoeGemmArgs& args, cudaStream_t stream);
 
-// Tokens up to which CudaBackend::ExpertsMxfp4 runs the GEMV form below (outside the
+// Tokens up to which CudaBackend::ExpertsQuantized runs the GEMV form below (outside the
 // batch-invariant mode, whose rows must not depend on the batch size that picks a kernel). On an
 // H200 (gpt-oss-20b decode, ms/step) the GEMV against the 64-row GEMM: 3.06 vs 3.66 at two
 // tokens, 4.18 vs 3.97 at four (docs/benchmarks, session 10).
@@ -95,10 +107,10 @@ inline constexpr int64_t kMoeGemvMaxTokens = 2;
 // fixed (static).
 int64_t MoeGemvSharedBytes(int64_t k);
 
-// MoeMxfp4Gemm's result for each pair (same epilogues, summation in another order) without the
+// MoeGemm's result for each pair (same epilogues, summation in another order) without the
 // alignment: every pair streams its expert's rows itself (pairs sharing an expert meet in L2),
 // the expert rows as the M of the MMA and the pair's input as a column of B.
-cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream);
+cudaError_t LaunchMoeGemv(const MoeGemmArgs& args, cudaStream_t stream);
 
 // out[t] = the combine of token t's rows (kernel_types.h MoeCombineRows), rounded to bf16; NaN
 // rows for bad ids. The hidden size (out.cols) and out's row stride must be multiples of 4, y
@@ -107,19 +119,21 @@ cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cu
                              bool pdl = false);
 
 // One round of one layer's experts (the four launches above) over its buffers, as
-// CudaBackend::ExpertsMxfp4 runs it; xserv-moe-bench times the same.
+// CudaBackend::ExpertsQuantized runs it; xserv-moe-bench times the same.
 struct MoeLayerArgs {
   RowsView x;                      // bf16 [tokens, hidden]
   const int32_t* ids = nullptr;    // [tokens, top_k]
   const float* weights = nullptr;  // [tokens, top_k]
   int top_k = 0, experts = 0, hidden = 0, inter = 0;
-  const uint8_t* gate_up_blocks = nullptr;  // [E, 2 inter, hidden / 32, 16]
-  const uint8_t* gate_up_scales = nullptr;  // [E, 2 inter, hidden / 32]
-  const void* gate_up_bias = nullptr;       // bf16 [E, 2 inter]
-  const uint8_t* down_blocks = nullptr;     // [E, hidden, inter / 32, 16]
-  const uint8_t* down_scales = nullptr;     // [E, hidden, inter / 32]
-  const void* down_bias = nullptr;          // bf16 [E, hidden]
-  float limit = 7.0f, alpha = 1.702f;       // the GLU's (MoeGemmArgs)
+  // As MoeGemmArgs::blocks and scales for [E, 2 inter, hidden] and [E, hidden, inter].
+  MoeWeightFormat format = MoeWeightFormat::kMxfp4;
+  const uint8_t* gate_up_blocks = nullptr;
+  const void* gate_up_scales = nullptr;
+  const void* gate_up_bias = nullptr;  // bf16 [E, 2 inter]
+  const uint8_t* down_blocks = nullptr;
+  const void* down_scales = nullptr;
+  const void* down_bias = nullptr;  // bf16 [E, hidden]
+  float limit = 7.0f, alpha = 1.702f;  // the GLU's (MoeGemmArgs)
   int32_t* routing = nullptr;  // MoeRoutingInts(MoeMaxBlocks(tokens * top_k, experts)) ints
   void* act = nullptr;         // bf16 [tokens * top_k, inter]
   float* y = nullptr;          // [tokens * top_k, hidden]
@@ -136,8 +150,8 @@ struct MoeLayerArgs {
   MoeGemmArgs Down() const;
 };
 // The GEMV (gemv) or the GEMM of one projection.
-cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream);
+cudaError_t LaunchMoeProjection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream);
 // The alignment (GEMM only), both projections and the combine.
-cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream_t stream);
+cudaError_t LaunchMoeLayer(const MoeLayerArgs& layer, bool gemv, cudaStream_t stream);
 
 }  // namespace xserv::kernels::cuda

@@ -1,24 +1,26 @@
-// MXFP4 (W4A16) mixture of experts on tensor cores: routing alignment, a grouped GEMM and a
-// few-token GEMV that both decode the expert weights in registers, and the weighted combine. See
-// moe_mxfp4.h for the data flow.
+// Mixture of experts over quantised expert weights (MXFP4 or FP8, moe_quantized.h) on tensor
+// cores: routing alignment, a grouped GEMM and a few-token GEMV that both decode the expert
+// weights in registers, and the weighted combine. See moe_quantized.h for the data flow.
 //
-// Decoding: a thread loads one 32-input group of one weight row (16 bytes) and turns it into 16
-// bf16 pairs with integer ops (Fp4PairBits) and one bf16x2 multiply by the group's power-of-two
-// scale, both exact, so the tensor cores see exactly the dequantised weights the CPU backend
-// computes with. The pairs are not adjacent inputs but (8v + j, 8v + j + 4) (the cheapest to
-// decode); the activations are staged in shared memory in the same order (StageUnit,
-// StageGroupMajorRow), so the dot products are unchanged. For mma.sync m16n8k16, the K of one MMA
-// covers 4 groups, one per thread q = lane % 4 of a quad: slots 2q, 2q + 1 hold pair 2i of group
-// q's 16, slots 2q + 8, 2q + 9 pair 2i + 1, for MMA step i = 0..7 of a chunk of 4 groups. Each
-// thread reads distinct bytes of the weights (a row's 4 threads 64 contiguous bytes). fp32
-// accumulation in a fixed K order.
+// Decoding: a thread loads one 32-input group of one weight row (16 bytes of MXFP4, 32 of FP8)
+// and turns it into 16 bf16 pairs with integer ops and bf16x2 multiplies, exact (MXFP4: power-of-
+// two scales) or rounding once as a bf16 copy of the weight would (FP8), so the tensor cores see
+// exactly the bf16 weights the CPU backend and a dense copy compute with. The pairs are not
+// adjacent inputs but (8v + j, 8v + j + 4) (the cheapest to decode from MXFP4's nibbles; FP8
+// follows the same order so that one staging serves both); the activations are staged in shared
+// memory in the same order (StageUnit, StageGroupMajorRow), so the dot products are unchanged.
+// For mma.sync m16n8k16, the K of one MMA covers 4 groups, one per thread q = lane % 4 of a quad:
+// slots 2q, 2q + 1 hold pair 2i of group q's 16, slots 2q + 8, 2q + 9 pair 2i + 1, for MMA step
+// i = 0..7 of a chunk of 4 groups. Each thread reads distinct bytes of the weights (a row's 4
+// threads 64 or 128 contiguous bytes). fp32 accumulation in a fixed K order.
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_combine.cuh"
-#include "kernels/cuda/moe_mxfp4.h"
+#include "kernels/cuda/moe_quantized.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -31,7 +33,6 @@ constexpr int kGemmWarps = 8;
 constexpr int kGemmThreads = kGemmWarps * kWarpSize;
 constexpr int kTileN = kGemmWarps * 16;      // two n8 tiles per warp
 constexpr int kMTiles = kMoeBlockRows / 16;  // m16 tiles of a block
-constexpr int kGemmChunksInFlight = 2;       // weight chunks loaded ahead of their MMAs
 constexpr int kChunkRowWords = 64 + 4;       // one staged A row of one chunk, padded
 constexpr int kAUnits = kMoeBlockRows * 16 / kGemmThreads;  // A loads (8 inputs) per thread
 constexpr int kAlignThreads = 1024;
@@ -158,25 +159,118 @@ __device__ __forceinline__ void StageGroupMajorRow(const bf16* x, int k, uint32_
   }
 }
 
-// Weight row n of expert e (n clamped into the matrix: rows past N load a valid row, unused).
-struct Fp4Row {
-  const uint4* blocks;
-  const uint8_t* scales;
-};
-__device__ __forceinline__ Fp4Row ExpertRow(const MoeGemmArgs& a, int e, int n) {
-  const int groups = a.k / 32;
-  const int64_t row = static_cast<int64_t>(e) * a.n + min(n, a.n - 1);
-  return {reinterpret_cast<const uint4*>(a.blocks + row * groups * 16), a.scales + row * groups};
-}
+// A weight format's access to the experts (MoeWeightFormat): Row names row n of expert e (n
+// clamped into the matrix: rows past N load a valid row, unused); Load reads group grp (32
+// inputs) of a row with its scale, zero codes past the row's `groups`; Pair<kP> decodes pair kP
+// of a group (DecodeFp4Group's order: pair 4v + j holds inputs 8v + j and 8v + j + 4) with the
+// group's decoding multiplier (MultiplierOf), and Decode all 16 pairs. kGemvChunksInFlight and
+// kGemvMinCtasPerSm size the GEMV's loads ahead against its registers.
+struct Mxfp4Format {
+  struct Row {
+    const uint4* blocks;
+    const uint8_t* scales;
+  };
+  struct Group {
+    uint4 codes;
+    uint32_t scale;  // E8M0
+  };
+  using Multiplier = Fp4Scale;
+  // 6 CTAs per SM (at most 85 registers) with 3 chunks in flight measured 2.05 ms/step at one
+  // token against 2.12 with 4 CTAs of 6 chunks and 2.22 with 5 of 5 (gpt-oss-20b; docs/benchmarks,
+  // session 11). More CTAs hide more of each one's load latency.
+  static constexpr int kGemvChunksInFlight = 3;
+  static constexpr int kGemvMinCtasPerSm = 6;
+  static constexpr int kGemmChunksInFlight = 2;  // weight chunks loaded ahead of their MMAs
+  static constexpr int kGemmMinCtasPerSm = 2;
 
-// Group grp of a row: its 16 code bytes and scale byte; zero codes (scale 2^-127, adding 0)
-// past the row's `groups`.
-__device__ __forceinline__ void LoadGroup(const Fp4Row& row, int grp, int groups, uint4& w,
-                                          uint32_t& s) {
-  const bool in = grp < groups;
-  w = in ? __ldg(row.blocks + grp) : make_uint4(0, 0, 0, 0);
-  s = in ? __ldg(row.scales + grp) : 0u;
+  static __device__ __forceinline__ Row RowOf(const MoeGemmArgs& a, int e, int n) {
+    const int groups = a.k / 32;
+    const int64_t row = static_cast<int64_t>(e) * a.n + min(n, a.n - 1);
+    return {reinterpret_cast<const uint4*>(a.blocks + row * groups * 16),
+            static_cast<const uint8_t*>(a.scales) + row * groups};
+  }
+  // Past the row: zero codes with scale 2^-127, adding 0.
+  static __device__ __forceinline__ Group Load(const Row& row, int grp, int groups) {
+    const bool in = grp < groups;
+    return {in ? __ldg(row.blocks + grp) : make_uint4(0, 0, 0, 0),
+            in ? static_cast<uint32_t>(__ldg(row.scales + grp)) : 0u};
+  }
+  static __device__ __forceinline__ Multiplier MultiplierOf(const Group& g) {
+    return MakeFp4Scale(g.scale);
+  }
+  template <int kP>
+  static __device__ __forceinline__ uint32_t Pair(const Group& g, const Multiplier& m) {
+    return DecodeFp4Pair<kP>(g.codes, m);
+  }
+  static __device__ __forceinline__ void Decode(const Group& g, uint32_t (&pairs)[16]) {
+    DecodeFp4Group(g.codes, g.scale, pairs);
+  }
+};
+
+// E4M3 codes at bytes 0 and 2 of t as bf16 bits of value * 2^-120: sign to bit 15, exponent and
+// mantissa (7 bits) shifted so that E4M3's 4 exponent bits become the bottom of bf16's 8 and its
+// 3 mantissa bits the top of bf16's 7. A subnormal code (exponent 0) becomes a bf16 subnormal of
+// the same scaled value, so one multiply by 2^120 restores every code exactly.
+__device__ __forceinline__ uint32_t Fp8PairBits(uint32_t t) {
+  return ((t & 0x00800080u) << 8) | ((t & 0x007F007Fu) << 4);
 }
+constexpr uint32_t kBf16x2Two120 = (247u << 7) | (247u << 23);
+
+struct Fp8Format {
+  struct Row {
+    const uint4* codes;
+    const float* scales;  // the scales of the row's 128-row block, one per 128 inputs
+  };
+  struct Group {
+    uint4 lo, hi;    // inputs 0-15 and 16-31
+    uint32_t scale;  // the block scale as bf16, twice
+  };
+  using Multiplier = uint32_t;
+  // Twice the bytes of MXFP4 per group: 3 chunks in flight fit the registers of 4 CTAs per SM
+  // (103) without spills.
+  static constexpr int kGemvChunksInFlight = 3;
+  static constexpr int kGemvMinCtasPerSm = 4;
+  static constexpr int kGemmChunksInFlight = 1;  // 2 spill in the GEMM
+  static constexpr int kGemmMinCtasPerSm = 2;
+
+  static __device__ __forceinline__ Row RowOf(const MoeGemmArgs& a, int e, int n) {
+    n = min(n, a.n - 1);
+    const int64_t row = static_cast<int64_t>(e) * a.n + n;
+    const int64_t row_blocks = (a.n + kMoeFp8Block - 1) / kMoeFp8Block;
+    const int64_t col_blocks = (a.k + kMoeFp8Block - 1) / kMoeFp8Block;
+    return {reinterpret_cast<const uint4*>(a.blocks + row * a.k),
+            static_cast<const float*>(a.scales) +
+                (e * row_blocks + n / kMoeFp8Block) * col_blocks};
+  }
+  // Past the row: zero codes (and scale), adding 0. A block spans 4 groups.
+  static __device__ __forceinline__ Group Load(const Row& row, int grp, int groups) {
+    if (grp >= groups) return {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0u};
+    const uint32_t s = __bfloat16_as_ushort(__float2bfloat16_rn(__ldg(row.scales + grp / 4)));
+    return {__ldg(row.codes + 2 * grp), __ldg(row.codes + 2 * grp + 1), s | (s << 16)};
+  }
+  static __device__ __forceinline__ Multiplier MultiplierOf(const Group& g) { return g.scale; }
+  // Inputs 8v + j and 8v + j + 4 are byte j of words 2v and 2v + 1 of the group's 32 bytes.
+  template <int kP>
+  static __device__ __forceinline__ uint32_t Pair(const Group& g, const Multiplier& m) {
+    constexpr int kV = kP / 4, kJ = kP % 4;
+    const uint4& half = kV < 2 ? g.lo : g.hi;
+    const uint32_t first = kV % 2 == 0 ? half.x : half.z;
+    const uint32_t second = kV % 2 == 0 ? half.y : half.w;
+    constexpr uint32_t kSelect = kJ | (kJ << 4) | ((4 + kJ) << 8) | ((4 + kJ) << 12);
+    const uint32_t bits = Fp8PairBits(__byte_perm(first, second, kSelect));
+    return MulBf16x2(MulBf16x2(bits, kBf16x2Two120), m);
+  }
+  static __device__ __forceinline__ void Decode(const Group& g, uint32_t (&pairs)[16]) {
+    DecodeAll(g, pairs, std::make_integer_sequence<int, 16>{});
+  }
+
+ private:
+  template <int... kP>
+  static __device__ __forceinline__ void DecodeAll(const Group& g, uint32_t (&pairs)[16],
+                                                   std::integer_sequence<int, kP...>) {
+    ((pairs[kP] = Pair<kP>(g, g.scale)), ...);
+  }
+};
 
 // Outputs c (even) and c + 1 of pair p, biases added: with a.glu the activation of that
 // (gate, up) pair, bf16; otherwise both values, f32.
@@ -243,8 +337,10 @@ __global__ void __launch_bounds__(kAlignThreads)
 // output rows, and thread (g, q) streams group 4c + q of row g of both, kGemmChunksInFlight
 // chunks ahead, decodes them once and feeds them to the MMAs of every m16 tile of the block that
 // holds pairs. A row's result does not depend on the other rows of its block.
-__global__ void __launch_bounds__(kGemmThreads, 2)
-    MoeMxfp4GemmKernel(const __grid_constant__ MoeGemmArgs a) {
+template <typename Format>
+__global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
+    MoeGemmKernel(const __grid_constant__ MoeGemmArgs a) {
+  constexpr int kGemmChunksInFlight = Format::kGemmChunksInFlight;
   const int blk = blockIdx.x;
   if (blk >= *a.routing.num_blocks) return;  // uniform across the CTA
   __shared__ __align__(16) uint32_t a_s[2][kMoeBlockRows][kChunkRowWords];
@@ -283,18 +379,17 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
     }
   };
 
-  Fp4Row wrow[2];
+  typename Format::Row wrow[2];
   int col[2];
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
     col[t] = blockIdx.y * kTileN + warp * 16 + t * 8;  // first output row of the n8 tile
-    wrow[t] = ExpertRow(a, e, col[t] + g);
+    wrow[t] = Format::RowOf(a, e, col[t] + g);
   }
-  uint4 w[kGemmChunksInFlight][2];
-  uint32_t sc[kGemmChunksInFlight][2];
+  typename Format::Group w[kGemmChunksInFlight][2];
   const auto load_w = [&](int slot, int chunk) {
 #pragma unroll
-    for (int t = 0; t < 2; ++t) LoadGroup(wrow[t], chunk * 4 + q, groups, w[slot][t], sc[slot][t]);
+    for (int t = 0; t < 2; ++t) w[slot][t] = Format::Load(wrow[t], chunk * 4 + q, groups);
   };
 #pragma unroll
   for (int slot = 0; slot < kGemmChunksInFlight; ++slot) load_w(slot, slot);
@@ -313,8 +408,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
       if (chunk >= chunks) break;  // uniform: depends on the loop only
       const bool more = chunk + 1 < chunks;
       if (more) load_a(chunk + 1);
-      const uint4 raw[2] = {w[slot][0], w[slot][1]};
-      const Fp4Scale scale[2] = {MakeFp4Scale(sc[slot][0]), MakeFp4Scale(sc[slot][1])};
+      const typename Format::Group raw[2] = {w[slot][0], w[slot][1]};
+      const typename Format::Multiplier scale[2] = {Format::MultiplierOf(raw[0]),
+                                                     Format::MultiplierOf(raw[1])};
       load_w(slot, chunk + kGemmChunksInFlight);
       const int buf = chunk % 2;
       // Step i takes pairs 2i and 2i + 1 of each tile's group, decoded just before (registers).
@@ -323,8 +419,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
         uint32_t b[2][2];
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          b[t][0] = DecodeFp4Pair<2 * i>(raw[t], scale[t]);
-          b[t][1] = DecodeFp4Pair<2 * i + 1>(raw[t], scale[t]);
+          b[t][0] = Format::template Pair<2 * i>(raw[t], scale[t]);
+          b[t][1] = Format::template Pair<2 * i + 1>(raw[t], scale[t]);
         }
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
@@ -373,23 +469,20 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 // 1-7 of C are never read). The CTA's 4 warps split K: warp w takes the chunks of 4 groups w,
 // w + 4, ..., and in a chunk thread q of row g loads group 4c + q of rows g and g + 8 (16 bytes
 // each; a row's 4 threads read 64 contiguous bytes), kChunksInFlight chunks at a time.
-// Codes are decoded in registers (Fp4PairBits: no table), scaled by one bf16x2 multiply, and each
-// group's 16 bf16 pairs feed 8 MMAs; B holds the inputs in the same pair order, staged once per
+// Codes are decoded in registers (Format::Decode: no table), and each group's 16 bf16 pairs feed
+// 8 MMAs; B holds the inputs in the same pair order, staged once per
 // CTA in shared memory (StageGroupMajorRow). The warps' partial sums meet in shared memory and
 // are added in warp order (deterministic).
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = kGemvWarps * kWarpSize;
 constexpr int kGemvRows = 16;  // output rows per CTA: the M of one MMA
-// CTAs per SM the registers must allow: 6 (at most 85 registers, 3 chunks in flight) measured
-// 2.05 ms/step at one token against 2.12 with 4 CTAs of 6 chunks and 2.22 with 5 of 5
-// (gpt-oss-20b; docs/benchmarks, session 11). More CTAs hide more of each one's load latency.
-constexpr int kGemvMinCtasPerSm = 6;
 
-// kChunksInFlight: chunks per warp whose weights are loaded before the first is used (2 rows x
-// 16 bytes each per thread).
-template <int kChunksInFlight>
-__global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
-    MoeMxfp4GemvKernel(const __grid_constant__ MoeGemmArgs a) {
+// Format::kGemvChunksInFlight: chunks per warp whose weights are loaded before the first is used
+// (a group of each of 2 rows per thread), within the registers kGemvMinCtasPerSm CTAs leave.
+template <typename Format>
+__global__ void __launch_bounds__(kGemvThreads, Format::kGemvMinCtasPerSm)
+    MoeGemvKernel(const __grid_constant__ MoeGemmArgs a) {
+  constexpr int kChunksInFlight = Format::kGemvChunksInFlight;
   // pdl.cuh: the input is the previous kernel's output; the routing too unless
   // ids_before_previous_wait, when its writer completed before this kernel could launch.
   if (!a.ids_before_previous_wait) PdlBegin();
@@ -405,15 +498,15 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
   const int row0 = blockIdx.x * kGemvRows;
 
   // Every weight load of this thread first: they do not depend on the input.
-  const Fp4Row wrow[2] = {ExpertRow(a, e, row0 + g), ExpertRow(a, e, row0 + g + 8)};
-  uint4 w[kChunksInFlight][2];
-  uint32_t sc[kChunksInFlight][2];
+  const typename Format::Row wrow[2] = {Format::RowOf(a, e, row0 + g),
+                                         Format::RowOf(a, e, row0 + g + 8)};
+  typename Format::Group w[kChunksInFlight][2];
   const auto load = [&](int base) {
 #pragma unroll
     for (int c = 0; c < kChunksInFlight; ++c) {
       const int grp = (base + c * kGemvWarps) * 4 + q;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) LoadGroup(wrow[r], grp, groups, w[c][r], sc[c][r]);
+      for (int r = 0; r < 2; ++r) w[c][r] = Format::Load(wrow[r], grp, groups);
     }
   };
   load(warp);
@@ -433,8 +526,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinCtasPerSm)
       const int chunk = base + c * kGemvWarps;
       if (chunk >= chunks) break;  // uniform across the warp
       uint32_t lo[16], hi[16];     // rows g and g + 8
-      DecodeFp4Group(w[c][0], sc[c][0], lo);
-      DecodeFp4Group(w[c][1], sc[c][1], hi);
+      Format::Decode(w[c][0], lo);
+      Format::Decode(w[c][1], hi);
       // B: the input's pairs of thread q's group, in column g of every lane (only column 0 of C
       // is read: the other columns' B values do not matter).
       uint32_t xw[16];
@@ -506,7 +599,7 @@ int64_t MoeGemvSharedBytes(int64_t k) {
   return (int64_t{MoeChunks(static_cast<int>(k))} * 4 * kGroupWords + kGemvWarps * kGemvRows) * 4;
 }
 
-cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
+cudaError_t LaunchMoeGemm(const MoeGemmArgs& args, cudaStream_t stream) {
   if (args.max_blocks == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0) return cudaErrorInvalidValue;
   // The kernel addresses A in 16-byte units from a.data with 32-bit offsets.
@@ -516,25 +609,36 @@ cudaError_t LaunchMoeMxfp4Gemm(const MoeGemmArgs& args, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(args.max_blocks),
                   static_cast<unsigned>((args.n + kTileN - 1) / kTileN));
-  MoeMxfp4GemmKernel<<<grid, kGemmThreads, 0, stream>>>(args);
+  if (args.format == MoeWeightFormat::kFp8) {
+    MoeGemmKernel<Fp8Format><<<grid, kGemmThreads, 0, stream>>>(args);
+  } else {
+    MoeGemmKernel<Mxfp4Format><<<grid, kGemmThreads, 0, stream>>>(args);
+  }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMoeMxfp4Gemv(const MoeGemmArgs& args, cudaStream_t stream) {
+namespace {
+template <typename Format>
+cudaError_t LaunchGemvOf(const MoeGemmArgs& args, dim3 grid, int64_t smem, cudaStream_t stream) {
+  if (const cudaError_t err = AllowDynamicSharedMemory<MoeGemvKernel<Format>>(smem);
+      err != cudaSuccess) {
+    return err;
+  }
+  return LaunchMaybePdl(MoeGemvKernel<Format>, grid, dim3(kGemvThreads),
+                        static_cast<size_t>(smem), stream, args.pdl, args);
+}
+}  // namespace
+
+cudaError_t LaunchMoeGemv(const MoeGemmArgs& args, cudaStream_t stream) {
   const int64_t pairs = args.a.rows * args.a_row_div;  // one A row per token or per pair
   if (pairs == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0 || pairs > 65535) return cudaErrorInvalidValue;
   const int64_t smem = MoeGemvSharedBytes(args.k);
   const dim3 grid(static_cast<unsigned>((args.n + kGemvRows - 1) / kGemvRows),
                   static_cast<unsigned>(pairs));
-  // 3 chunks in flight fit kGemvMinCtasPerSm's registers without spills.
-  constexpr int kChunksInFlight = 3;
-  if (const cudaError_t err = AllowDynamicSharedMemory<MoeMxfp4GemvKernel<kChunksInFlight>>(smem);
-      err != cudaSuccess) {
-    return err;
-  }
-  return LaunchMaybePdl(MoeMxfp4GemvKernel<kChunksInFlight>, grid, dim3(kGemvThreads),
-                        static_cast<size_t>(smem), stream, args.pdl, args);
+  return args.format == MoeWeightFormat::kFp8
+             ? LaunchGemvOf<Fp8Format>(args, grid, smem, stream)
+             : LaunchGemvOf<Mxfp4Format>(args, grid, smem, stream);
 }
 
 cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cudaStream_t stream,
@@ -555,6 +659,7 @@ cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cu
 MoeGemmArgs MoeLayerArgs::GateUp() const {
   return {.a = x,
           .a_row_div = top_k,
+          .format = format,
           .blocks = gate_up_blocks,
           .scales = gate_up_scales,
           .bias = gate_up_bias,
@@ -574,6 +679,7 @@ MoeGemmArgs MoeLayerArgs::GateUp() const {
 MoeGemmArgs MoeLayerArgs::Down() const {
   return {.a = RowsView{.data = act, .rows = x.rows * top_k, .cols = inter, .stride = inter},
           .a_row_div = 1,
+          .format = format,
           .blocks = down_blocks,
           .scales = down_scales,
           .bias = down_bias,
@@ -589,11 +695,11 @@ MoeGemmArgs MoeLayerArgs::Down() const {
           .ids_before_previous_wait = true};
 }
 
-cudaError_t LaunchMoeMxfp4Projection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream) {
-  return gemv ? LaunchMoeMxfp4Gemv(args, stream) : LaunchMoeMxfp4Gemm(args, stream);
+cudaError_t LaunchMoeProjection(const MoeGemmArgs& args, bool gemv, cudaStream_t stream) {
+  return gemv ? LaunchMoeGemv(args, stream) : LaunchMoeGemm(args, stream);
 }
 
-cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream_t stream) {
+cudaError_t LaunchMoeLayer(const MoeLayerArgs& layer, bool gemv, cudaStream_t stream) {
   if (!gemv) {
     const cudaError_t err =
         LaunchMoeAlign(layer.ids, static_cast<int>(layer.x.rows * layer.top_k), layer.experts,
@@ -601,7 +707,7 @@ cudaError_t LaunchMoeMxfp4Layer(const MoeLayerArgs& layer, bool gemv, cudaStream
     if (err != cudaSuccess) return err;
   }
   for (const MoeGemmArgs& projection : {layer.GateUp(), layer.Down()}) {
-    if (const cudaError_t err = LaunchMoeMxfp4Projection(projection, gemv, stream);
+    if (const cudaError_t err = LaunchMoeProjection(projection, gemv, stream);
         err != cudaSuccess) {
       return err;
     }
