@@ -226,11 +226,14 @@ struct Fp8Format {
     uint32_t scale;  // the block scale as bf16, twice
   };
   using Multiplier = uint32_t;
-  // Twice the bytes of MXFP4 per group: 3 chunks in flight fit the registers of 4 CTAs per SM
-  // (103) without spills.
-  static constexpr int kGemvChunksInFlight = 3;
-  static constexpr int kGemvMinCtasPerSm = 4;
-  static constexpr int kGemmChunksInFlight = 1;  // 2 spill in the GEMM
+  // Twice the bytes of MXFP4 per group. Measured (xserv-moe-bench --format fp8, one layer of
+  // gpt-oss-20b, µs at 1 / 2 / 64 / 256 tokens; docs/benchmarks, session 17): the GEMV with 2
+  // chunks in flight at 5 CTAs per SM 45.7 / 73.9 against 47.1 / 77.9 with 3 at 4; the GEMM with
+  // 1 chunk in flight 421 / 571 against 480 / 625 with 2 (72 bytes spilled) and 557 / 779 with 2
+  // at one CTA per SM.
+  static constexpr int kGemvChunksInFlight = 2;
+  static constexpr int kGemvMinCtasPerSm = 5;
+  static constexpr int kGemmChunksInFlight = 1;
   static constexpr int kGemmMinCtasPerSm = 2;
 
   static __device__ __forceinline__ Row RowOf(const MoeGemmArgs& a, int e, int n) {

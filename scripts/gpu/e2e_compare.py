@@ -33,11 +33,13 @@ def main():
     diffs, top1_checked, top1_agree = [], 0, 0
     diffs_fp32, hf_bf16_vs_fp32 = [], []
     has_fp32 = bool(ref.get("logprobs_fp32"))
-    # Emulations of the FP8 paths (e2e_reference.py --fp8: W8A8, "_w8a8"; --kv-fp8: the FP8 KV
-    # cache, "_fp8kv"), scored by transformers in bf16 and fp32: the yardstick for --fp8-w8a8 and
+    # Emulations of the FP8 paths (e2e_reference.py --fp8: W8A8, "_w8a8", or for gpt-oss the
+    # weights --quantization fp8 makes, "_fp8w"; --kv-fp8: the FP8 KV cache, "_fp8kv"), scored by
+    # transformers in bf16 and fp32: the yardstick for --fp8-w8a8, --quantization fp8 and
     # --kv-cache-dtype fp8, whose FP8 rounding a random model amplifies far beyond bf16's (so
     # against the plain reference they are far off by design).
-    emulated = {name: ([], [], []) for name in ("_w8a8", "_fp8kv") if ref.get("logprobs" + name)}
+    emulated = {name: ([], [], []) for name in ("_w8a8", "_fp8kv", "_fp8w")
+                if ref.get("logprobs" + name)}
     top1_emulated = {name: [0, 0] for name in emulated}  # [checked, agreeing]
     t0 = time.time()
     for k, ids in enumerate(ref["prompts"]):

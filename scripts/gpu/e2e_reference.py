@@ -639,6 +639,25 @@ def write_fp8(model, cfg, model_dir):
     return fp32_state
 
 
+GPT_OSS_FP8_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                       "self_attn.o_proj")
+
+
+def quantize_gpt_oss_on_load(model):
+    """gpt-oss's weights as xserv-worker --quantization fp8 computes with them: every attention
+    linear and each expert's gate_up and down matrices through fp8_quantize (128 x 128 blocks of
+    the [out, in] matrix, as WeightLoader tiles them; HF holds experts as [E, in, out]), in place.
+    The router stays as it is."""
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if name.endswith(GPT_OSS_FP8_LINEARS):
+                m.weight.copy_(fp8_quantize(m.weight)[2].to(m.weight.dtype))
+            elif name.endswith("mlp.experts"):
+                for p in (m.gate_up_proj, m.down_proj):
+                    for e in range(p.shape[0]):
+                        p[e].copy_(fp8_quantize(p[e].t())[2].t().to(p.dtype))
+
+
 def copy_tokenizer(src, model_dir, chat_template=None):
     """The tokenizer files of `src`; `chat_template` as chat_template.jinja if `src` has none."""
     for name in ["tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
@@ -663,7 +682,9 @@ def main():
     ap.add_argument("--fp8", action="store_true",
                     help="qwen3-8b / llama3-8b: write the HF FP8 layout (128x128 block scales); "
                          "the reference also scores W8A8 (activations FP8-rounded as "
-                         "--fp8-w8a8 does) in bf16 and fp32")
+                         "--fp8-w8a8 does) in bf16 and fp32. gpt-oss-20b: the checkpoint stays "
+                         "MXFP4; the reference also scores the weights --quantization fp8 makes "
+                         "(quantize_gpt_oss_on_load) in fp32 and bf16")
     ap.add_argument("--kv-fp8", action="store_true",
                     help="the reference also scores with keys and values rounded as the FP8 KV "
                          "cache stores them (hook_fp8_kv), in bf16 and fp32")
@@ -671,8 +692,8 @@ def main():
     gpt_oss = args.arch == "gpt-oss-20b"
     if args.layers and not gpt_oss:
         ap.error("--layers is implemented for gpt-oss-20b only")
-    if args.fp8 and args.arch not in ("qwen3-8b", "llama3-8b"):
-        ap.error("--fp8 is implemented for qwen3-8b and llama3-8b")
+    if args.fp8 and args.arch not in ("qwen3-8b", "llama3-8b", "gpt-oss-20b"):
+        ap.error("--fp8 is implemented for qwen3-8b, llama3-8b and gpt-oss-20b")
     if gpt_oss:
         model, cfg, meta = build_gpt_oss(args)
         if args.model_only:
@@ -715,9 +736,11 @@ def main():
            "logprobs_fp32": [], "top1_fp32": [], "margin_fp32": []}
     # Emulations of xserv's FP8 paths, each scored in bf16 and in fp32 (suffixes NAME and
     # NAME_fp32): W8A8 (hook_w8a8) and the FP8 KV cache (hook_fp8_kv).
-    emulations = {name: hook for name, hook, on in (("_w8a8", hook_w8a8, args.fp8),
+    emulations = {name: hook for name, hook, on in (("_w8a8", hook_w8a8, args.fp8 and not gpt_oss),
                                                     ("_fp8kv", hook_fp8_kv, args.kv_fp8)) if on}
-    for name in emulations:
+    # gpt-oss with --fp8: the weights quantised on load ("_fp8w"), scored last (in place).
+    fp8_weights = gpt_oss and args.fp8
+    for name in list(emulations) + (["_fp8w"] if fp8_weights else []):
         for suffix in (name, name + "_fp32"):
             ref.update({f"logprobs{suffix}": [], f"top1{suffix}": [], f"margin{suffix}": []})
 
@@ -773,6 +796,17 @@ def main():
             for ids in prompts:
                 score(model, ids, "_fp32")
             score_emulated(model, fp32=True)
+            if fp8_weights:
+                # FP8 values times bf16 scales, exact in fp32; the device rounds each product to
+                # bf16 once, as the cast back does. RoPE's fp32 inv_freq is kept.
+                quantize_gpt_oss_on_load(model)
+                for ids in prompts:
+                    score(model, ids, "_fp8w_fp32")
+                inv_freq = model.model.rotary_emb.inv_freq.clone()
+                model = model.to(torch.bfloat16)
+                model.model.rotary_emb.inv_freq = inv_freq
+                for ids in prompts:
+                    score(model, ids, "_fp8w")
     if gpt_oss:
         meta["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
         ref["meta"] = meta
