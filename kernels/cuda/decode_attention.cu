@@ -23,9 +23,9 @@
 // batch-invariant mode does not use this kernel. Bad block-table entries among a row's keys make
 // the row NaN, as in attention.cu.
 // FP8 cache (kFp8): the ring holds a tile's codes (half the bytes) and its 16 keys' scales; the
-// warp converts the codes to a bf16 K and V tile (exact: every E4M3 value is a bf16), then runs
-// the same MMAs, with each key's K scale applied to its scores and its V scale to its
-// probabilities before P V.
+// MMAs read the codes straight into bf16 fragments (exact: every E4M3 value is a bf16; the head
+// dims in flash_tile.cuh's FP8 order), with each key's K scale applied to its scores and its V
+// scale to its probabilities before P V.
 #include <algorithm>
 
 #include "kernels/cuda/attention.h"
@@ -50,28 +50,26 @@ constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fr
 // pairs, prefill sequences included, >= 1024. At head_dim 64 (gpt-oss; 3 deep CTAs fit already)
 // the switch was not measured on its own: gpt-oss b=256 ran 12.84 -> 12.30 ms with all of the
 // session's changes together. The FP8 cache switches at the same count: Qwen3-8B FP8 W8A8 + FP8
-// KV, b=256 11.90-11.95 -> 10.76-10.77 ms (session 16; at b=64, 512 pairs on the deep ring,
-// unpadded code rows measured 5.88 -> 5.93, so that ring keeps its pad: Layout::kCodeLd).
+// KV, b=256 11.90-11.95 -> 10.76-10.77 ms (session 16, when the FP8 warps still converted each
+// tile to bf16 in shared memory).
 constexpr int kDeepStages = 3;
 constexpr int kShallowStages = 2;
 constexpr int kShallowMinPairs = 1024;
 
 // Shared memory: the Q tile, then each warp's ring of kStages stages (a warp's tiles in flight;
-// bf16: a K and a V tile; FP8: their codes and the tile's K and V scales) and, FP8 only, the
-// bf16 K and V tiles the codes convert into.
+// bf16: a K and a V tile; FP8: their codes and the tile's K and V scales).
 template <int kDim, bool kFp8 = false, int kStages = 3>
 struct Layout {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
   static constexpr int kTile = kTileKeys * kLd;  // bf16 of one K or V tile
-  // Bytes of a code row (16-byte aligned rows). Unpadded in the 2-deep ring, which then fits 3
-  // CTAs per SM (73 KB at head_dim 128); the 3-deep ring keeps the pad, measured ahead of unpadded
-  // rows there (Qwen3-8B b=64 5.88 vs 5.93 ms, session 16).
-  static constexpr int kCodeLd = kStages == kShallowStages ? kDim : kDim + 16;
+  // Bytes of a code row: 16-byte aligned, padded so that the fragment reads of flash_tile.cuh's
+  // FP8 order are free of bank conflicts.
+  static constexpr int kCodeLd = kDim + 16;
   static constexpr int kRowBytes = kFp8 ? kCodeLd : kLd * 2;  // a key row in a stage
   static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
-  static constexpr int kWarpBytes = kStages * kStageBytes + (kFp8 ? 2 * kTile * 2 : 0);
+  static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int64_t kBytes = int64_t{kQ} * 2 + int64_t{kWarps} * kWarpBytes;
   static constexpr int kRecord = kDim + 2;  // f32 state of one row: m, l, acc[kDim]
   // The warps' states reuse the rings once the key loop is over.
@@ -305,7 +303,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   uint32_t qa[kDim / 16][4];
-  LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
+  if constexpr (kFp8) {
+    LoadQueryFragmentsFp8Order<kDim, kLd>(qa, q_s, lane);
+  } else {
+    LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
+  }
   // The thread's tile rows g and g + 8: positions and first keys (rows past `rows` see none).
   int pos[2], first[2];
 #pragma unroll
@@ -328,32 +330,29 @@ __global__ void __launch_bounds__(kThreads)
     CpAsyncWait<kStages - 1>();  // tile n's group has landed (kStages + n groups committed)
     __syncwarp();                // ... for every lane's copies
     const unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
-    const bf16* k_s = reinterpret_cast<const bf16*>(stage);
-    const bf16* v_s = k_s + L::kTile;
-    const float* tile_scales = nullptr;  // FP8: the tile's 16 keys' K scales, then their V scales
-    if constexpr (kFp8) {
-      bf16* converted = reinterpret_cast<bf16*>(ring + kStages * L::kStageBytes);
-      ConvertFp8Rows<kDim>(stage, L::kCodeLd, converted, kLd, kTileKeys, lane, kWarpSize);
-      ConvertFp8Rows<kDim>(stage + L::kTileBytes, L::kCodeLd, converted + L::kTile, kLd, kTileKeys,
-                           lane, kWarpSize);
-      __syncwarp();  // every lane's rows converted before the fragments read them
-      k_s = converted;
-      v_s = converted + L::kTile;
-      tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
-    }
+    // FP8: the tile's 16 keys' K scales, then their V scales.
+    const float* tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
     const uint32_t key_bad = bad_keys[warp][n % kStages];
     const int k0 = first_key(n);
 
     float sc[2][4] = {};
-    TileScores<kDim, 2, kLd>(sc, qa, k_s, lane);
+    if constexpr (kFp8) {
+      TileScoresFp8<kDim, 2>(sc, qa, stage, L::kCodeLd, lane);
+    } else {
+      TileScores<kDim, 2, kLd>(sc, qa, reinterpret_cast<const bf16*>(stage), lane);
+    }
     // sc[nt][e]: tile row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
     const bool whole = key_bad == 0 && k0 >= rows_lo && k0 + kTileKeys - 1 <= rows_hi;
     ScaleAndMaskScores<2, kFp8>(sc, tile_max, whole, k0, first, pos, key_bad, bad, scale,
                                 tile_scales, q4);
     OnlineSoftmaxUpdate<2, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
-    if constexpr (kFp8) ScaleByKey<2>(sc, tile_scales + kTileKeys, q4);  // V's scales
-    AccumulatePV<2, kDim, kLd>(o, sc, v_s, lane);
+    if constexpr (kFp8) {
+      ScaleByKey<2>(sc, tile_scales + kTileKeys, q4);  // V's scales
+      AccumulatePVFp8<kDim>(o, sc, stage + L::kTileBytes, L::kCodeLd, lane);
+    } else {
+      AccumulatePV<2, kDim, kLd>(o, sc, reinterpret_cast<const bf16*>(stage) + L::kTile, lane);
+    }
     __syncwarp();  // the stage is read before the issue below overwrites it
     if (n + kStages < n_tiles) issue(n + kStages);
     CpAsyncCommit();
@@ -373,8 +372,11 @@ __global__ void __launch_bounds__(kThreads)
     if (q4 == 0) rec[0] = m[r] * kLn2, rec[1] = bad[r] ? NaN() : l[r];
 #pragma unroll
     for (int dt = 0; dt < kDim / 8; ++dt) {
-      rec[2 + dt * 8 + 2 * q4] = o[dt][2 * r];
-      rec[2 + dt * 8 + 2 * q4 + 1] = o[dt][2 * r + 1];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int column = 2 * q4 + e;
+        rec[2 + (kFp8 ? Fp8OutputDim(dt, column) : dt * 8 + column)] = o[dt][2 * r + e];
+      }
     }
   }
   __syncthreads();

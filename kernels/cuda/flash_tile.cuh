@@ -201,4 +201,81 @@ __device__ __forceinline__ void AccumulatePV(float (&o)[kDim / 8][4], const floa
   }
 }
 
+// FP8 K and V tiles read as codes straight into bf16 fragments (Fp8CodesToBf16x2; no converted
+// copy in shared memory). The head dims take another order than the bf16 path's, the same on both
+// sides of each product, so that a thread reads contiguous codes:
+// - Q K^T: in k16 step kt, thread q4's slots 2 q4, 2 q4 + 1 hold dims kDim / 4 * q4 + 4 kt + 0, 1
+//   and slots 2 q4 + 8, 2 q4 + 9 dims ... + 2, 3: the thread reads kDim / 4 contiguous codes of
+//   its key row, and Q's A fragments follow (LoadQueryFragmentsFp8Order);
+// - P V: output column n of n8 block dt = 4 c + i is dim 32 c + 4 n + i (Fp8OutputDim): the
+//   thread whose B column is n reads 4 contiguous codes of each of its 4 key rows.
+// Code rows are 16-byte aligned, code_ld bytes apart (conflict-free at kDim + 16).
+template <int kDim, int kLd>
+__device__ __forceinline__ void LoadQueryFragmentsFp8Order(uint32_t (&qa)[kDim / 16][4],
+                                                           const __nv_bfloat16* q_s, int lane) {
+  const __nv_bfloat16* lo = q_s + (lane / 4) * kLd + kDim / 4 * (lane % 4);
+  const __nv_bfloat16* hi = lo + 8 * kLd;
+#pragma unroll
+  for (int kt = 0; kt < kDim / 16; ++kt) {
+    qa[kt][0] = Lds32(lo + 4 * kt);
+    qa[kt][1] = Lds32(hi + 4 * kt);
+    qa[kt][2] = Lds32(lo + 4 * kt + 2);
+    qa[kt][3] = Lds32(hi + 4 * kt + 2);
+  }
+}
+
+// The dim of output o[dt][e] (column 2 q4 + e % 2 of n8 block dt) in the FP8 order above.
+__device__ __forceinline__ int Fp8OutputDim(int dt, int column) {
+  return 32 * (dt / 4) + 4 * column + dt % 4;
+}
+
+// sc += Q K^T over kN8 * 8 key rows of FP8 codes (the order above; qa from
+// LoadQueryFragmentsFp8Order). The caller applies the keys' scales to the scores.
+template <int kDim, int kN8>
+__device__ __forceinline__ void TileScoresFp8(float (&sc)[kN8][4],
+                                              const uint32_t (&qa)[kDim / 16][4],
+                                              const unsigned char* codes, int code_ld, int lane) {
+  static_assert(kDim % 64 == 0, "a thread's codes are whole 16-byte loads");
+#pragma unroll
+  for (int nt = 0; nt < kN8; ++nt) {
+    const unsigned char* row = codes + (nt * 8 + lane / 4) * code_ld + kDim / 4 * (lane % 4);
+#pragma unroll
+    for (int v = 0; v < kDim / 64; ++v) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + 16 * v);
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {  // k16 step 4 v + w: dims 0, 1 and 2, 3 of the word
+        MmaBf16(sc[nt], qa[4 * v + w], Fp8CodesToBf16x2(__byte_perm(words[w], 0, 0x1100)),
+                Fp8CodesToBf16x2(__byte_perm(words[w], 0, 0x3322)));
+      }
+    }
+  }
+}
+
+// o += P V over one 16-key tile of FP8 codes (the order above: o's columns are Fp8OutputDim's);
+// P from the scores as in AccumulatePV (the caller applied the keys' V scales to them).
+template <int kDim>
+__device__ __forceinline__ void AccumulatePVFp8(float (&o)[kDim / 8][4], const float (&sc)[2][4],
+                                                const unsigned char* codes, int code_ld,
+                                                int lane) {
+  const uint32_t pa[4] = {PackBf16x2(sc[0][0], sc[0][1]), PackBf16x2(sc[0][2], sc[0][3]),
+                          PackBf16x2(sc[1][0], sc[1][1]), PackBf16x2(sc[1][2], sc[1][3])};
+  // B rows (keys) 2 q4, 2 q4 + 1 (b0) and 2 q4 + 8, 2 q4 + 9 (b1); column n = lane / 4.
+  const unsigned char* k0 = codes + 2 * (lane % 4) * code_ld + 4 * (lane / 4);
+  const unsigned char* k8 = k0 + 8 * code_ld;
+#pragma unroll
+  for (int c = 0; c < kDim / 32; ++c) {
+    const uint32_t w0 = *reinterpret_cast<const uint32_t*>(k0 + 32 * c);
+    const uint32_t w1 = *reinterpret_cast<const uint32_t*>(k0 + code_ld + 32 * c);
+    const uint32_t w8 = *reinterpret_cast<const uint32_t*>(k8 + 32 * c);
+    const uint32_t w9 = *reinterpret_cast<const uint32_t*>(k8 + code_ld + 32 * c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // byte i of each key row: dim 32 c + 4 n + i
+      const uint32_t select = i | (i << 4) | ((4 + i) << 8) | ((4 + i) << 12);
+      MmaBf16(o[4 * c + i], pa, Fp8CodesToBf16x2(__byte_perm(w0, w1, select)),
+              Fp8CodesToBf16x2(__byte_perm(w8, w9, select)));
+    }
+  }
+}
+
 }  // namespace xserv::kernels::cuda

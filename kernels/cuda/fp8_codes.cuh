@@ -3,6 +3,7 @@
 // QuantizeFp8Group on the host, and the decode the attention kernels read codes with.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -34,6 +35,20 @@ __device__ __forceinline__ float Fp8Value(uint8_t code) {
 __device__ __forceinline__ uint32_t Fp8PairHalf2Bits(uint16_t codes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
+
+// E4M3 codes at bytes 0 and 2 of t as exact bf16x2 (byte 0 in the low half), in integer ops and
+// one bf16x2 multiply: sign to bit 15, exponent and mantissa (7 bits) shifted so that E4M3's 4
+// exponent bits become the bottom of bf16's 8 and its 3 mantissa bits the top of bf16's 7, which
+// is the code's value times 2^-120 (a subnormal code a bf16 subnormal of the same scaled value);
+// the multiply by 2^120 restores it exactly. Bytes 1 and 3 are ignored. (The NaN codes 0x7F and
+// 0xFF come out as +-480; the quantisers here never write them.)
+__device__ __forceinline__ uint32_t Fp8CodesToBf16x2(uint32_t t) {
+  const uint32_t bits = ((t & 0x00800080u) << 8) | ((t & 0x007F007Fu) << 4);
+  constexpr uint32_t kTwo120 = (247u << 7) | (247u << 23);  // 2^120 as bf16, twice
+  __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  x = __hmul2(x, *reinterpret_cast<const __nv_bfloat162*>(&kTwo120));
+  return *reinterpret_cast<const uint32_t*>(&x);
 }
 
 // Two codes of one 16-bit word (low byte first).

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_combine.cuh"
 #include "kernels/cuda/moe_quantized.h"
@@ -207,15 +208,6 @@ struct Mxfp4Format {
   }
 };
 
-// E4M3 codes at bytes 0 and 2 of t as bf16 bits of value * 2^-120: sign to bit 15, exponent and
-// mantissa (7 bits) shifted so that E4M3's 4 exponent bits become the bottom of bf16's 8 and its
-// 3 mantissa bits the top of bf16's 7. A subnormal code (exponent 0) becomes a bf16 subnormal of
-// the same scaled value, so one multiply by 2^120 restores every code exactly.
-__device__ __forceinline__ uint32_t Fp8PairBits(uint32_t t) {
-  return ((t & 0x00800080u) << 8) | ((t & 0x007F007Fu) << 4);
-}
-constexpr uint32_t kBf16x2Two120 = (247u << 7) | (247u << 23);
-
 struct Fp8Format {
   struct Row {
     const uint4* codes;
@@ -260,8 +252,7 @@ struct Fp8Format {
     const uint32_t first = kV % 2 == 0 ? half.x : half.z;
     const uint32_t second = kV % 2 == 0 ? half.y : half.w;
     constexpr uint32_t kSelect = kJ | (kJ << 4) | ((4 + kJ) << 8) | ((4 + kJ) << 12);
-    const uint32_t bits = Fp8PairBits(__byte_perm(first, second, kSelect));
-    return MulBf16x2(MulBf16x2(bits, kBf16x2Two120), m);
+    return MulBf16x2(Fp8CodesToBf16x2(__byte_perm(first, second, kSelect)), m);
   }
   static __device__ __forceinline__ void Decode(const Group& g, uint32_t (&pairs)[16]) {
     DecodeAll(g, pairs, std::make_integer_sequence<int, 16>{});
