@@ -243,9 +243,12 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
         {"attention", FamilyRoofline("attention", xserv::tools::AttentionCost(c, *shape), peaks,
                                      attention_us)}};
     if (c.moe.IsMoe()) {
-      // Experts kept MXFP4 on the device read 4-bit values and a scale byte per 32.
+      // Experts kept FP8 (quantised on load with the kernels' blocks, kept FP8) read a byte per
+      // weight; kept MXFP4 4-bit values and a scale byte per 32; otherwise bf16.
       const double bytes_per_weight =
-          c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0 : 2.0;
+          cfg.quantize_fp8 && cfg.fp8_matmuls                   ? 1.0
+          : c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0
+                                                                : 2.0;
       out["roofline"]["experts"] =
           FamilyRoofline("experts", xserv::tools::ExpertsCost(c, *shape, bytes_per_weight), peaks,
                          experts_us);
@@ -276,17 +279,22 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   Json out;
   // The roofline's shapes: one prefill of prompt_len rows per sequence (logits of the last), then
   // decode steps over an average context of prompt_len + (gen_len - 1) / 2 cached tokens.
-  const double bytes_per_weight = cfg.fp8_matmuls && cfg.quantize_fp8 ? 1.0 : 2.0;
+  // FP8 linears (an FP8 checkpoint's or quantised on load) stay FP8 with --fp8-matmuls.
+  const bool fp8_linears =
+      cfg.fp8_matmuls && (cfg.quantize_fp8 || c.quantization.method == xserv::QuantMethod::kFp8);
+  const double bytes_per_weight = fp8_linears ? 1.0 : 2.0;
   const xserv::tools::PhaseShape prefill_shape{.batch = batch,
                                                .new_tokens = cfg.prompt_len,
                                                .logits_rows = batch,
-                                               .linear_bytes_per_weight = bytes_per_weight};
+                                               .linear_bytes_per_weight = bytes_per_weight,
+                                               .fp8_kv_cache = cfg.fp8_kv_cache};
   const xserv::tools::PhaseShape decode_shape{
       .batch = batch,
       .new_tokens = 1,
       .context = cfg.prompt_len + (cfg.gen_len - 1) / 2.0,
       .logits_rows = batch,
-      .linear_bytes_per_weight = bytes_per_weight};
+      .linear_bytes_per_weight = bytes_per_weight,
+      .fp8_kv_cache = cfg.fp8_kv_cache};
   ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
   ASSIGN_OR_RETURN(out["prefill"],
                    PhaseProfile(cuda, runner, 1, cfg, c, &prefill_shape, "prefill"));

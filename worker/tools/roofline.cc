@@ -32,7 +32,9 @@ FamilyCost AttentionCost(const ModelConfig& c, const PhaseShape& s) {
   const double n = static_cast<double>(s.new_tokens);
   // Keys each new row sees: the context plus the new rows up to itself (causal).
   const double keys_per_row = s.context + (n + 1.0) / 2.0;
-  const double kv_row_bytes = 2.0 * static_cast<double>(c.num_kv_heads) * d * 2.0;  // K, V bf16
+  // K and V of one token: bf16, or E4M3 codes and an f32 scale per kv head.
+  const double kv_row_bytes =
+      2.0 * static_cast<double>(c.num_kv_heads) * (s.fp8_kv_cache ? d + 4.0 : d * 2.0);
   FamilyCost cost;
   // Every sequence's cache is read once (a prefill reads its new rows' keys too).
   cost.bytes = layers * static_cast<double>(s.batch) * (s.context + n) * kv_row_bytes;

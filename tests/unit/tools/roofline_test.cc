@@ -54,6 +54,11 @@ TEST(Roofline, AttentionReadsTheCacheAndCountsCausalPairs) {
   const FamilyCost prefill = AttentionCost(c, PhaseShape{.batch = 1, .new_tokens = 2048});
   EXPECT_DOUBLE_EQ(prefill.flops, 36.0 * (2048.0 * 2049.0 / 2.0) * 32 * 128 * 4);
   EXPECT_DOUBLE_EQ(prefill.bytes, 36.0 * 2048 * kv_row);
+  // An FP8 cache: a code per element and an f32 scale per (token, kv head), for K and V.
+  const FamilyCost fp8 = AttentionCost(
+      c, PhaseShape{.batch = 64, .new_tokens = 1, .context = 160, .fp8_kv_cache = true});
+  EXPECT_DOUBLE_EQ(fp8.bytes, 36.0 * 64 * 161 * (2.0 * 8 * (128 + 4)));
+  EXPECT_DOUBLE_EQ(fp8.flops, decode.flops);
 }
 
 // gpt-oss-20b's shapes (refdata config): 24 layers, hidden 2880, 32 experts of intermediate 2880,
