@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
   const int n_tiles = t_first + wg <= t_last ? (t_last - t_first - wg) / stride + 1 : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
-  unsigned char* ring = rings + warp * L::kWarpBytes;  // [kStages][stage] (+ FP8: bf16 K, V)
+  unsigned char* ring = rings + warp * L::kWarpBytes;  // [kStages][stage]
   const auto first_key = [&](int n) { return (t_first + wg + n * stride) * kTileKeys; };  // tile n
 
   // Tile n of this warp into stage n % kStages; keys outside [key_lo, p_hi] or of a bad block

@@ -209,7 +209,8 @@ __device__ __forceinline__ void AccumulatePV(float (&o)[kDim / 8][4], const floa
 //   its key row, and Q's A fragments follow (LoadQueryFragmentsFp8Order);
 // - P V: output column n of n8 block dt = 4 c + i is dim 32 c + 4 n + i (Fp8OutputDim): the
 //   thread whose B column is n reads 4 contiguous codes of each of its 4 key rows.
-// Code rows are 16-byte aligned, code_ld bytes apart (conflict-free at kDim + 16).
+// Code rows are 16-byte aligned, code_ld bytes apart (kDim + 16: conflict-free at kDim 128; at
+// kDim 64 the score loads of two rows of a phase share banks, 2-way).
 template <int kDim, int kLd>
 __device__ __forceinline__ void LoadQueryFragmentsFp8Order(uint32_t (&qa)[kDim / 16][4],
                                                            const __nv_bfloat16* q_s, int lane) {

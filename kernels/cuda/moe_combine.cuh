@@ -1,5 +1,5 @@
 // The MoE combine of one token's top-k expert outputs (kernel_types.h MoeCombineRows), as every
-// kernel that forms it computes it: LaunchMoeCombine (moe_mxfp4.cu) and the norm that folds it
+// kernel that forms it computes it: LaunchMoeCombine (moe_quantized.cu) and the norm that folds it
 // in (norm.cu, NormArgs::combine) give the same bits.
 #pragma once
 

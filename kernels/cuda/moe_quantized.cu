@@ -461,12 +461,12 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
 // GEMV tile (one token): one CTA per (pair, 16 output rows of its expert), the rows as the M of
 // mma.sync m16n8k16 and the pair's input as column 0 of B (every lane loads the input; columns
 // 1-7 of C are never read). The CTA's 4 warps split K: warp w takes the chunks of 4 groups w,
-// w + 4, ..., and in a chunk thread q of row g loads group 4c + q of rows g and g + 8 (16 bytes
-// each; a row's 4 threads read 64 contiguous bytes), kChunksInFlight chunks at a time.
-// Codes are decoded in registers (Format::Decode: no table), and each group's 16 bf16 pairs feed
-// 8 MMAs; B holds the inputs in the same pair order, staged once per
-// CTA in shared memory (StageGroupMajorRow). The warps' partial sums meet in shared memory and
-// are added in warp order (deterministic).
+// w + 4, ..., and in a chunk thread q of row g loads group 4c + q of rows g and g + 8 (MXFP4: 16
+// bytes each, a row's 4 threads 64 contiguous bytes; FP8: 32 and 128), kChunksInFlight chunks at
+// a time. Codes are decoded in registers (Format::Decode: no table), and each group's 16 bf16
+// pairs feed 8 MMAs; B holds the inputs in the same pair order, staged once per CTA in shared
+// memory (StageGroupMajorRow). The warps' partial sums meet in shared memory and are added in
+// warp order (deterministic).
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = kGemvWarps * kWarpSize;
 constexpr int kGemvRows = 16;  // output rows per CTA: the M of one MMA

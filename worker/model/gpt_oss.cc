@@ -7,8 +7,10 @@
 //   logits = lm_head(norm(h))
 //
 // Expert weights come as MXFP4 blocks/scales (the HF checkpoint) or dense tensors in HF's parameter
-// layout [E, in, out]; both become ExpertWeights in [E, out, in] for the backend. The CPU backend
-// takes dense experts, so MXFP4 is decoded on the host at load.
+// layout [E, in, out]; both become ExpertWeights in [E, out, in] for the backend. A CUDA backend
+// keeps MXFP4 as it is, or, quantising on load with FP8 matmuls (--quantization fp8
+// --fp8-matmuls true), keeps the experts as FP8 codes and block scales; otherwise (the CPU
+// backend takes dense experts) they are decoded on the host at load.
 //
 // Tensor parallelism splits each expert's intermediate dimension (every rank holds every expert):
 // gate_up is column-parallel (this rank's interleaved gate/up row pairs), down row-parallel (its
@@ -33,18 +35,16 @@
 namespace xserv::model {
 namespace {
 
-// [E, in, out] (HF parameter layout) -> [E, out, in].
-std::vector<float> TransposeExperts(const std::vector<float>& src, int64_t experts, int64_t in,
-                                    int64_t out) {
-  std::vector<float> dst(src.size());
+// [E, in, out] (HF parameter layout) -> [E, out, in] at dst (as many values).
+void TransposeExperts(const std::vector<float>& src, int64_t experts, int64_t in, int64_t out,
+                      float* dst) {
   for (int64_t e = 0; e < experts; ++e) {
     const float* s = src.data() + e * in * out;
-    float* d = dst.data() + e * in * out;
+    float* d = dst + e * in * out;
     for (int64_t i = 0; i < in; ++i) {
       for (int64_t o = 0; o < out; ++o) d[o * in + i] = s[i * out + o];
     }
   }
-  return dst;
 }
 
 // Host floats of an expert matrix: [experts, rows, in] values. Left uninitialised when made:
@@ -62,7 +62,7 @@ struct HostExperts {
         rows(r),
         in(i) {}
   bool ok() const { return values != nullptr; }
-  std::span<float> span() const { return {values.get(), size}; }
+  std::span<float> span() { return {values.get(), size}; }
 };
 
 // One expert matrix [E, rows, in] from `name` (MXFP4 `_blocks`/`_scales` or dense) as floats.
@@ -84,8 +84,7 @@ HostExperts ReadExpertMatrix(WeightLoader& loader, const std::string& name, int6
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, host)) return {};
   HostExperts dense(experts, rows, in);
-  const std::vector<float> transposed = TransposeExperts(host, experts, in, rows);
-  std::copy(transposed.begin(), transposed.end(), dense.values.get());
+  TransposeExperts(host, experts, in, rows, dense.values.get());
   return dense;
 }
 
@@ -126,8 +125,7 @@ HostExperts ReadExpertMatrixSlice(WeightLoader& loader, const std::string& name,
   std::vector<float> host;
   if (!loader.ReadHostFloats(name, {experts, in, rows}, stored, host)) return {};
   HostExperts dense(experts, out_rows, out_in);
-  const std::vector<float> transposed = TransposeExperts(host, experts, out_in, out_rows);
-  std::copy(transposed.begin(), transposed.end(), dense.values.get());
+  TransposeExperts(host, experts, out_in, out_rows, dense.values.get());
   return dense;
 }
 
@@ -137,7 +135,7 @@ HostExperts ReadExpertMatrixSlice(WeightLoader& loader, const std::string& name,
 struct DeviceExperts {
   Buffer values, scales;
 };
-DeviceExperts UploadExpertMatrix(WeightLoader& loader, const HostExperts& m, bool fp8) {
+DeviceExperts UploadExpertMatrix(WeightLoader& loader, HostExperts& m, bool fp8) {
   if (!m.ok()) return {};  // the loader recorded why
   if (!fp8) {
     loader.QuantizeFp8InPlace(m.span(), m.experts, m.rows, m.in);
@@ -353,16 +351,15 @@ class GptOssModel final : public Model {
       LoadMxfp4Experts(loader, c, x, layer);
     } else {
       const bool fp8 = KeepsFp8(loader, c);
-      const HostExperts gate_up =
-          tp_.sharded()
-              ? ReadExpertMatrixSlice(loader, x + "gate_up_proj", e, 2 * inter, h, gate_up_rows)
-              : ReadExpertMatrix(loader, x + "gate_up_proj", e, 2 * inter, h);
-      DeviceExperts gu = UploadExpertMatrix(loader, gate_up, fp8);
-      const HostExperts down =
-          tp_.sharded()
-              ? ReadExpertMatrixSlice(loader, x + "down_proj", e, h, inter, tp_.Split(2, inter))
-              : ReadExpertMatrix(loader, x + "down_proj", e, h, inter);
-      DeviceExperts dn = UploadExpertMatrix(loader, down, fp8);
+      // One matrix's host floats at a time (2 GB each for gpt-oss-20b): freed once uploaded.
+      const auto load = [&](const std::string& name, int64_t rows, int64_t in,
+                            const TensorSlice& slice) {
+        HostExperts m = tp_.sharded() ? ReadExpertMatrixSlice(loader, name, e, rows, in, slice)
+                                      : ReadExpertMatrix(loader, name, e, rows, in);
+        return UploadExpertMatrix(loader, m, fp8);
+      };
+      DeviceExperts gu = load(x + "gate_up_proj", 2 * inter, h, gate_up_rows);
+      DeviceExperts dn = load(x + "down_proj", h, inter, tp_.Split(2, inter));
       layer.format = fp8 ? kernels::ExpertWeights::Format::kFp8
                          : kernels::ExpertWeights::Format::kDense;
       layer.gate_up = std::move(gu.values);

@@ -243,10 +243,11 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
         {"attention", FamilyRoofline("attention", xserv::tools::AttentionCost(c, *shape), peaks,
                                      attention_us)}};
     if (c.moe.IsMoe()) {
-      // Experts kept FP8 (quantised on load with the kernels' blocks, kept FP8) read a byte per
-      // weight; kept MXFP4 4-bit values and a scale byte per 32; otherwise bf16.
+      // Quantised on load, the experts are kept FP8 (a byte per weight) with --fp8-matmuls and
+      // decoded to bf16 without; otherwise an MXFP4 checkpoint's stay MXFP4 (4-bit values and a
+      // scale byte per 32) and dense ones bf16.
       const double bytes_per_weight =
-          cfg.quantize_fp8 && cfg.fp8_matmuls                   ? 1.0
+          cfg.quantize_fp8 ? (cfg.fp8_matmuls ? 1.0 : 2.0)
           : c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0
                                                                 : 2.0;
       out["roofline"]["experts"] =
