@@ -639,8 +639,7 @@ def write_fp8(model, cfg, model_dir):
     return fp32_state
 
 
-GPT_OSS_FP8_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                       "self_attn.o_proj")
+GPT_OSS_FP8_LINEARS = FP8_LINEARS[:4]  # the attention's: gpt-oss has no dense MLP
 
 
 def quantize_gpt_oss_on_load(model):

@@ -302,9 +302,16 @@ class GptOssModel final : public Model {
   // MXFP4 checkpoint, no FP8 requantisation, and a TP split of the intermediate features on
   // whole 32-input groups. Otherwise they are decoded to dense at load.
   bool KeepsMxfp4(const WeightLoader& loader, const ModelConfig& c, const std::string& x) const {
+    return backend_->device() == kernels::DeviceType::kCuda &&
+           loader.Has(x + "gate_up_proj_blocks") && !loader.quantizes_fp8() &&
+           SplitsIntoWholeGroups(c);
+  }
+
+  // Whether this rank's share of the intermediate features is whole 32-input groups, as the
+  // quantised experts' kernels need (moe_quantized.h).
+  bool SplitsIntoWholeGroups(const ModelConfig& c) const {
     const int64_t inter = c.intermediate_size;
-    return backend_->device() == kernels::DeviceType::kCuda && loader.Has(x + "gate_up_proj_blocks") &&
-           !loader.quantizes_fp8() && (inter % tp_.size == 0) && (inter / tp_.size) % 32 == 0;
+    return inter % tp_.size == 0 && (inter / tp_.size) % 32 == 0;
   }
 
   void LoadMxfp4Experts(WeightLoader& loader, const ModelConfig& c, const std::string& x,
@@ -336,10 +343,8 @@ class GptOssModel final : public Model {
   // multiplies FP8 weights (--fp8-matmuls) quantising on load with the kernels' 128 x 128 blocks.
   // Otherwise quantised experts are decoded to dense at load.
   bool KeepsFp8(const WeightLoader& loader, const ModelConfig& c) const {
-    const int64_t inter = c.intermediate_size;
     return backend_->device() == kernels::DeviceType::kCuda && loader.fp8_matmuls() &&
-           loader.quantize_fp8_block() == kernels::kFp8ExpertBlock &&
-           inter % tp_.size == 0 && (inter / tp_.size) % 32 == 0;
+           loader.quantize_fp8_block() == kernels::kFp8ExpertBlock && SplitsIntoWholeGroups(c);
   }
 
   void LoadExperts(WeightLoader& loader, const ModelConfig& c, const std::string& x,

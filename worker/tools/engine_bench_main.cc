@@ -243,16 +243,8 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
         {"attention", FamilyRoofline("attention", xserv::tools::AttentionCost(c, *shape), peaks,
                                      attention_us)}};
     if (c.moe.IsMoe()) {
-      // Quantised on load, the experts are kept FP8 (a byte per weight) with --fp8-matmuls and
-      // decoded to bf16 without; otherwise an MXFP4 checkpoint's stay MXFP4 (4-bit values and a
-      // scale byte per 32) and dense ones bf16.
-      const double bytes_per_weight =
-          cfg.quantize_fp8 ? (cfg.fp8_matmuls ? 1.0 : 2.0)
-          : c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0
-                                                                : 2.0;
       out["roofline"]["experts"] =
-          FamilyRoofline("experts", xserv::tools::ExpertsCost(c, *shape, bytes_per_weight), peaks,
-                         experts_us);
+          FamilyRoofline("experts", xserv::tools::ExpertsCost(c, *shape), peaks, experts_us);
     }
   }
   return out;
@@ -284,10 +276,16 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   const bool fp8_linears =
       cfg.fp8_matmuls && (cfg.quantize_fp8 || c.quantization.method == xserv::QuantMethod::kFp8);
   const double bytes_per_weight = fp8_linears ? 1.0 : 2.0;
+  // Quantised on load, the experts are kept FP8 with --fp8-matmuls and decoded to bf16 without;
+  // otherwise an MXFP4 checkpoint's stay MXFP4 and dense ones bf16.
+  const double expert_bytes = cfg.quantize_fp8 ? bytes_per_weight
+                              : c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0
+                                                                                    : 2.0;
   const xserv::tools::PhaseShape prefill_shape{.batch = batch,
                                                .new_tokens = cfg.prompt_len,
                                                .logits_rows = batch,
                                                .linear_bytes_per_weight = bytes_per_weight,
+                                               .expert_bytes_per_weight = expert_bytes,
                                                .fp8_kv_cache = cfg.fp8_kv_cache};
   const xserv::tools::PhaseShape decode_shape{
       .batch = batch,
@@ -295,6 +293,7 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
       .context = cfg.prompt_len + (cfg.gen_len - 1) / 2.0,
       .logits_rows = batch,
       .linear_bytes_per_weight = bytes_per_weight,
+      .expert_bytes_per_weight = expert_bytes,
       .fp8_kv_cache = cfg.fp8_kv_cache};
   ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
   ASSIGN_OR_RETURN(out["prefill"],

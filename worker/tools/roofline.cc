@@ -51,14 +51,14 @@ double ExpectedDistinctExperts(const ModelConfig& c, double rows) {
   return e * (1.0 - std::pow(1.0 - k / e, rows));
 }
 
-FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s, double bytes_per_weight) {
+FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s) {
   const double rows = static_cast<double>(s.batch * s.new_tokens);
   // gate, up and down of one expert.
   const double expert_params =
       3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size);
   const double layers = static_cast<double>(c.num_layers);
   FamilyCost cost;
-  cost.bytes = layers * ExpectedDistinctExperts(c, rows) * expert_params * bytes_per_weight;
+  cost.bytes = layers * ExpectedDistinctExperts(c, rows) * expert_params * s.expert_bytes_per_weight;
   cost.flops = layers * 2.0 * rows * static_cast<double>(c.moe.num_experts_per_tok) *
                expert_params;
   return cost;

@@ -27,6 +27,9 @@ struct PhaseShape {
   double context = 0;
   int64_t logits_rows = 1;
   double linear_bytes_per_weight = 2;  // bf16; 1 for FP8 weights kept FP8
+  // MoE experts: 2 for bf16, 17 / 32 for MXFP4 (4-bit values, one scale byte per 32), 1 for FP8
+  // (its 128 x 128 block scales add 4 bytes per 16,384 weights, left out).
+  double expert_bytes_per_weight = 2;
   // The KV cache as E4M3 codes with one f32 scale per (token, kv head) for K and for V
   // (--kv-cache-dtype fp8) instead of the compute dtype (bf16).
   bool fp8_kv_cache = false;
@@ -47,9 +50,7 @@ FamilyCost AttentionCost(const ModelConfig& c, const PhaseShape& s);
 // Experts a layer reads on average for `rows` routed rows under uniform routing:
 // E * (1 - (1 - k / E)^rows), from k (one row) up to E.
 double ExpectedDistinctExperts(const ModelConfig& c, double rows);
-// `bytes_per_weight`: 2 for bf16 experts, 17 / 32 for MXFP4 (4-bit values, one scale byte per 32),
-// 1 for FP8 (its 128 x 128 block scales add 4 bytes per 16,384 weights, left out).
-FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s, double bytes_per_weight);
+FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s);
 
 // The time a family needs at the peaks (the slower of streaming its bytes and doing its flops),
 // and the fraction of that bound a measured time reaches (1 = at the roofline).

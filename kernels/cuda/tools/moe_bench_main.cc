@@ -97,13 +97,13 @@ int main(int argc, char** argv) {
 
   const int64_t e = c.experts, h = c.hidden, i = c.inter;
   const bool fp8 = format_name == "fp8";
-  // Bytes of one expert's codes and scales of a [rows, in] matrix.
-  const auto matrix_bytes = [&](int64_t rows, int64_t in) {
-    constexpr int64_t b = cuda::kMoeFp8Block;
-    return fp8 ? rows * in + (rows + b - 1) / b * ((in + b - 1) / b) * 4 : rows * (in / 32) * 17;
-  };
+  // Bytes of one expert's scales, and of its codes and scales, of a [rows, in] matrix.
   const auto scale_bytes = [&](int64_t rows, int64_t in) {
-    return fp8 ? matrix_bytes(rows, in) - rows * in : rows * in / 32;
+    constexpr int64_t b = cuda::kMoeFp8Block;
+    return fp8 ? (rows + b - 1) / b * ((in + b - 1) / b) * 4 : rows * (in / 32);
+  };
+  const auto matrix_bytes = [&](int64_t rows, int64_t in) {
+    return rows * in / (fp8 ? 1 : 2) + scale_bytes(rows, in);
   };
   const int64_t gate_up_bytes = matrix_bytes(2 * i, h), down_bytes = matrix_bytes(h, i);
   std::vector<ExpertsCopy> layer_copies;

@@ -89,16 +89,16 @@ TEST(Roofline, MoeLinearsAreAttentionAndRouterAndExpertsFollowTheRouting) {
   EXPECT_EQ(ExpectedDistinctExperts(c, 0), 0.0);
   // Batch-1 decode, MXFP4: 24 layers x 4 experts x 3 x 2880^2 weights x 17/32 byte = 1.27 GB.
   const double mxfp4 = 17.0 / 32.0;
-  const FamilyCost one = ExpertsCost(c, PhaseShape{.batch = 1}, mxfp4);
+  const FamilyCost one = ExpertsCost(c, PhaseShape{.batch = 1, .expert_bytes_per_weight = mxfp4});
   EXPECT_DOUBLE_EQ(one.bytes, 24.0 * 4 * 3 * 2880.0 * 2880 * mxfp4);
   EXPECT_NEAR(one.bytes / 1e9, 1.27, 0.01);
   EXPECT_DOUBLE_EQ(one.flops, 24.0 * 2 * 4 * 3 * 2880.0 * 2880);
   // 64 rows: flops scale with the rows, bytes with the distinct experts only.
-  const FamilyCost many = ExpertsCost(c, PhaseShape{.batch = 64}, mxfp4);
+  const FamilyCost many = ExpertsCost(c, PhaseShape{.batch = 64, .expert_bytes_per_weight = mxfp4});
   EXPECT_DOUBLE_EQ(many.flops, 64 * one.flops);
   EXPECT_NEAR(many.bytes, one.bytes * ExpectedDistinctExperts(c, 64) / 4.0, 1.0);
   // A dense model has no expert cost.
-  EXPECT_EQ(ExpertsCost(Qwen3_8B(), PhaseShape{.batch = 8}, 2.0).bytes, 0.0);
+  EXPECT_EQ(ExpertsCost(Qwen3_8B(), PhaseShape{.batch = 8}).bytes, 0.0);
 }
 
 }  // namespace
