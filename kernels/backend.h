@@ -197,6 +197,12 @@ class Backend {
   // weights and --fuse-norm-gemv (the single-row GEMV does the norm) or --fuse-norm-quant (the
   // norm writes the W8A8 activation codes).
   virtual bool FusesNormIntoMatmul() const { return false; }
+  // A hint that `weight` ([N, K] row-major: a dense weight, or an FP8 weight's codes) is the
+  // weight of the matmul after the next one (Matmul, MatmulFp8, MatmulSiluMul or
+  // AddRmsNormMatmul), with only latency-bound ops between them. A backend may start reading
+  // part of it into its cache as the next matmul ends (CUDA, l2_prefetch.h). Never changes a
+  // result; the next matmul op consumes the hint whatever it runs.
+  virtual void PrefetchAfterNextMatmul(const Tensor& weight) { (void)weight; }
   // out[L, H] = x[idx[l], :]; idx i32 [L].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) = 0;
 

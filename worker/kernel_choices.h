@@ -25,6 +25,7 @@ struct KernelChoices {
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 3 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
+  int l2_prefetch_mb = 0;          // MiB of the next matmul's weight a decode GEMV prefetches
   std::string pdl = "all";         // which kernels launch while their predecessor runs
 };
 
@@ -81,6 +82,12 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "cuda: own skinny GEMV kernel for single-row bf16 matmuls (batch-1 decode) "
                  "instead of cuBLASLt (weights <= 1 MiB take it up to 8 rows anyway)")
       ->capture_default_str();
+  app.add_option("--l2-prefetch-mb", k.l2_prefetch_mb,
+                 "cuda, experimental: as a decode GEMV finishes it asks L2 for up to this many "
+                 "MiB of the next matmul's weight, which then streams during the latency-bound "
+                 "kernels in between (norms, attention); 0: off")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_option("--pdl", k.pdl,
                  "cuda: programmatic dependent launch: 'gemv' lets the single-row GEMV launch "
                  "while its predecessor runs (its first weight loads go out before its input is "
@@ -109,7 +116,8 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_norm_gemv = k.fuse_norm_gemv && fp8_matmuls,
           .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
-          .fp8_gemv_mma = k.fp8_gemv_mma};
+          .fp8_gemv_mma = k.fp8_gemv_mma,
+          .l2_prefetch_bytes = int64_t{k.l2_prefetch_mb} << 20};
 }
 #endif
 

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -84,6 +85,9 @@ struct CudaBackendOptions {
   // to f16 pairs, x as f16 scaled per row by a power of two) instead of the CUDA-core GEMV, where
   // it applies (measured faster from 3 rows).
   bool fp8_gemv_mma = true;
+  // PrefetchAfterNextMatmul: the decode GEMV asks L2 for up to this many bytes of the hinted
+  // weight as it finishes (l2_prefetch.h); 0: off.
+  int64_t l2_prefetch_bytes = 0;
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };
@@ -134,6 +138,7 @@ class CudaBackend final : public Backend {
   bool FusesNormIntoMatmul() const override {
     return options_.fuse_norm_gemv || options_.fuse_norm_quant;
   }
+  void PrefetchAfterNextMatmul(const Tensor& weight) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 
   absl::Status Rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin) override;
@@ -236,6 +241,9 @@ class CudaBackend final : public Backend {
   // MatmulFp8's bf16 copy of a weight for the GEMM path, grown on demand; the W8A8 path's
   // quantised activations, their scales, and its output when the rows are padded.
   Buffer fp8_weight_, fp8_act_, fp8_act_scales_, fp8_out_;
+  // PrefetchAfterNextMatmul's hint, for the next matmul op to take (TakeL2Prefetch).
+  L2Prefetch pending_l2_prefetch_;
+  L2Prefetch TakeL2Prefetch() { return std::exchange(pending_l2_prefetch_, L2Prefetch{}); }
   // Whether the W8A8 path was refused (cuBLASLt had no algorithm): logged once.
   bool fp8_w8a8_refused_ = false;
   std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index

@@ -24,6 +24,8 @@
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/fp8_gemv_mma.h"
 #include "kernels/cuda/gemv_io.cuh"
+#include "kernels/cuda/l2_prefetch.cuh"
+#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -37,6 +39,7 @@ constexpr int kMaxRows = kGemvMaxRows;  // x rows: the MMA's N (8)
 constexpr int kStep = 64;              // inputs per step: 16 per thread of a quad
 constexpr int kUnroll = 4;             // steps in flight per warp
 static_assert(kMaxRows == 8, "x rows are the N of m16n8k16");
+static_assert(kUnroll * kWarps * kStep == kGemvPreloadBytes, "l2_prefetch.h: the first loads");
 
 // 2^s as an f32, s in [-126, 127].
 __device__ __forceinline__ float Pow2(int s) { return __int_as_float((127 + s) << 23); }
@@ -146,6 +149,8 @@ __global__ void __launch_bounds__(kThreads) Fp8MmaGemvKernel(const __grid_consta
       for (int i = 0; i < 4; ++i) acc[i] = fmaf(step_sum[i], scale, acc[i]);
     }
   }
+  // This warp's loads are done: the next matmul's weight may stream now (l2_prefetch.h).
+  IssueL2Prefetch(a.prefetch, blockIdx.x * kThreads + threadIdx.x, gridDim.x * kThreads);
   // C: acc[0..1] rows g, x rows 2q and 2q + 1; acc[2..3] the same of row g + 8.
   partial[warp][g][2 * q] = acc[0];
   partial[warp][g][2 * q + 1] = acc[1];

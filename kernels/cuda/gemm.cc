@@ -302,7 +302,8 @@ GemvArgs GemvArgsFrom(const GemmCall& c, bool pdl) {
                   .m = static_cast<int>(c.m),
                   .n = static_cast<int>(c.n),
                   .k = static_cast<int>(c.k),
-                  .pdl = pdl};
+                  .pdl = pdl,
+                  .prefetch = c.prefetch};
 }
 
 std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, bool pdl, bool glu) {

@@ -26,6 +26,8 @@
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/gemv_io.cuh"
+#include "kernels/cuda/l2_prefetch.cuh"
+#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/pdl.cuh"
@@ -38,6 +40,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kChunk = 8;  // bf16 per 16-byte load
 static_assert(kThreads == kRmsNormVecThreads, "the norm prologue repeats the norm kernel's split");
+// The default tiles' first batch of loads (4 per lane) covers kGemvPreloadBytes of a row.
+static_assert(4 * kWarpSize * 16 == kGemvPreloadBytes, "l2_prefetch.h: the first loads");
 
 // The 8 (bf16) or 16 (FP8 E4M3) weights of one 16-byte load as floats.
 template <bool kFp8>
@@ -255,6 +259,8 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       }
     }
   }
+  // This warp's loads are done: the next matmul's weight may stream now (l2_prefetch.h).
+  IssueL2Prefetch(a.prefetch, blockIdx.x * kThreads + threadIdx.x, gridDim.x * kThreads);
 }
 
 int SmCount() {

@@ -65,6 +65,9 @@ struct GemvArgs {
   // Launch with programmatic dependent launch (pdl.cuh): the first weight loads overlap the
   // previous kernel.
   bool pdl = false;
+  // Part of the next matmul's weight that the threads ask L2 for as they finish (l2_prefetch.h);
+  // rows = 0: none.
+  L2Prefetch prefetch;
   // The tile, for benchmarks (0: the measured default): columns per warp and loads of each in
   // flight per lane, one of 1x4, 1x8, 2x4, 4x2, 4x4. Results do not depend on it.
   int tile_cols = 0;

@@ -30,6 +30,17 @@ struct MoeCombineRows {
   int experts = 0;
 };
 
+// Part of a weight to read into L2 ahead of the matmul that will stream it (GemvArgs::prefetch):
+// bytes [offset, offset + bytes) of each of `rows` rows, `stride` bytes apart from `base`; offset
+// and bytes multiples of 16 (the bulk prefetch's unit), rows = 0 for nothing (l2_prefetch.h).
+struct L2Prefetch {
+  const void* base = nullptr;
+  int64_t stride = 0;
+  int32_t rows = 0;
+  int32_t offset = 0;
+  int32_t bytes = 0;
+};
+
 // The bit pattern kernels write where inputs were invalid (an out-of-range id or slot that the
 // host could not check without a device sync): a quiet NaN, so a bad step is loud in tests.
 inline constexpr uint16_t kBf16NaNBits = 0x7FC0;

@@ -14,6 +14,7 @@
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/op_util.h"
 #include "spdlog/spdlog.h"
@@ -145,10 +146,22 @@ CudaBackend::Fp8DecodeGemv CudaBackend::Fp8DecodeGemvFor(const GemmCall& call,
   return d;
 }
 
+void CudaBackend::PrefetchAfterNextMatmul(const Tensor& weight) {
+  pending_l2_prefetch_ = {};
+  if (options_.l2_prefetch_bytes <= 0 || weight.device != DeviceType::kCuda || weight.rank != 2 ||
+      weight.stride(1) != 1) {
+    return;
+  }
+  const auto elem = static_cast<int64_t>(DTypeSize(weight.dtype));
+  pending_l2_prefetch_ = L2PrefetchFor(weight.data, weight.stride(0) * elem, weight.dim(0),
+                                       weight.dim(1) * elem, options_.l2_prefetch_bytes);
+}
+
 absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor* bias,
                                  const Tensor& out) {
   constexpr const char* kOp = "Matmul";
   GemmCall call;
+  call.prefetch = TakeL2Prefetch();
   RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, bias, out, call));
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return LaunchedWeights(kOp, cudaGetLastError(), call.n, call.k,
@@ -160,9 +173,10 @@ absl::Status CudaBackend::MatmulSiluMul(const Tensor& x, const Tensor& w, const 
   constexpr const char* kOp = "MatmulSiluMul";
   const bool one_row = x.rank == 2 && x.dim(0) == 1;
   if (!options_.fuse_silu_gemv || !options_.gemv || options_.batch_invariant || !one_row) {
-    return Backend::MatmulSiluMul(x, w, gate_up, act);
+    return Backend::MatmulSiluMul(x, w, gate_up, act);  // its Matmul takes the hint
   }
   GemmCall call;
+  call.prefetch = TakeL2Prefetch();
   RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, nullptr, gate_up, call));
   if (call.n % 2 != 0) return OpError(kOp, "w must stack gate and up rows (an even count)");
   RETURN_IF_ERROR(ExpectCuda(kOp, "act", act));
@@ -173,7 +187,10 @@ absl::Status CudaBackend::MatmulSiluMul(const Tensor& x, const Tensor& w, const 
   ASSIGN_OR_RETURN(call.ldo, LeadingDim(kOp, "act", act));
   call.out = act.data;  // gate_up itself is never written
   const std::optional<GemvArgs> gemv = GemvArgsOf(call, options_.pdl, /*glu=*/true);
-  if (!gemv) return Backend::MatmulSiluMul(x, w, gate_up, act);
+  if (!gemv) {
+    pending_l2_prefetch_ = call.prefetch;  // for the default's Matmul
+    return Backend::MatmulSiluMul(x, w, gate_up, act);
+  }
   return LaunchedWeights(kOp, LaunchGemv(*gemv, stream_), call.n, call.k,
                          static_cast<double>(call.n * call.k) * 2);
 }
@@ -182,6 +199,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                                     const Tensor& out) {
   constexpr const char* kOp = "MatmulFp8";
   GemmCall call;
+  call.prefetch = TakeL2Prefetch();
   RETURN_IF_ERROR(CheckFp8Matmul(kOp, x, w, bias, out, call));
   const int64_t n = call.n, k = call.k;
   if (call.m == 0 || n == 0) return absl::OkStatus();
@@ -222,6 +240,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
 absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight& w,
                                            const Tensor* bias, const Tensor& out) {
   constexpr const char* kOp = "AddRmsNormMatmul";
+  const L2Prefetch prefetch = TakeL2Prefetch();  // the GEMV's, here or in the matmul op below
   if ((w.dense == nullptr) == (w.fp8 == nullptr)) {
     return OpError(kOp, "give exactly one of a dense and an FP8 weight");
   }
@@ -250,6 +269,7 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
       Overlap(p.normed, out)) {
     return OpError(kOp, "residual_out, normed and out must not overlap each other");
   }
+  call.prefetch = prefetch;
   // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
   // on normed, given the norm as its prologue.
   if (options_.fuse_norm_gemv && w.fp8 != nullptr && call.m == 1) {
@@ -289,6 +309,7 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
     if (!absl::IsUnimplemented(w8a8)) return w8a8;  // a refused shape runs the ops below
   }
   RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(args, stream_)));
+  pending_l2_prefetch_ = prefetch;
   return w.dense != nullptr ? Matmul(p.normed, *w.dense, bias, out)
                             : MatmulFp8(p.normed, *w.fp8, bias, out);
 }

@@ -16,6 +16,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fp8_gemv_mma.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/fp8.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -92,6 +93,7 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
     constexpr size_t kGuard = 64;  // floats after the output that must stay untouched
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_bytes + kGuard * 4), cudaSuccess);
 
+    const int64_t row_bytes = int64_t{s.k} * (fp8 ? 1 : 2);
     std::vector<float> first;
     for (const Tile& tile : kTiles) {
       for (const bool pdl : {false, true}) {
@@ -112,6 +114,9 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
                    .scale_cols = (s.k + kBlock - 1) / kBlock,
                    .block = fp8 ? kBlock : 0,
                    .pdl = pdl,
+                   // With PDL, also an L2 prefetch (of this weight): it must change nothing.
+                   .prefetch = pdl ? L2PrefetchFor(w_dev, row_bytes, s.n, row_bytes, 1 << 20)
+                                   : L2Prefetch{},
                    .tile_cols = tile.cols,
                    .tile_unroll = tile.unroll};
         ASSERT_TRUE(GemvSupports(a));
@@ -194,7 +199,10 @@ TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
                        .scales = scales_dev,
                        .scale_cols = (s.k + kBlock - 1) / kBlock,
                        .block = kBlock,
-                       .pdl = pdl};
+                       .pdl = pdl,
+                       // With PDL, also an L2 prefetch (of this weight): it must change nothing.
+                       .prefetch = pdl ? L2PrefetchFor(w_dev, s.k, s.n, s.k, 1 << 20)
+                                       : L2Prefetch{}};
       EXPECT_TRUE(Fp8MmaGemvSupports(a));
       EXPECT_EQ(LaunchFp8MmaGemv(a, nullptr), cudaSuccess);
       std::vector<float> out(out_floats + kGuard);
@@ -330,6 +338,38 @@ TEST(GemvGluOutput, EqualsTheGemvThenTheSiluMulKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Weights, Gemv, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Fp8" : "Bf16"; });
+
+// L2PrefetchFor (host arithmetic, no device): past the GEMV's first loads, the same whole lines
+// of every row within the budget, capped at the rest of the row, nothing it cannot express.
+TEST(L2PrefetchFor, SharesTheBudgetInWholeLinesPastTheFirstLoads) {
+  alignas(16) static char weight[16];
+  // Qwen3-8B's o projection, bf16: 4096 rows of 8 KB, 16 MiB: 4096 bytes of each row from 2 KB.
+  L2Prefetch p = L2PrefetchFor(weight, 8192, 4096, 8192, int64_t{16} << 20);
+  EXPECT_EQ(p.base, weight);
+  EXPECT_EQ(p.stride, 8192);
+  EXPECT_EQ(p.rows, 4096);
+  EXPECT_EQ(p.offset, kGemvPreloadBytes);
+  EXPECT_EQ(p.bytes, 4096);
+  // A budget past the rest of each row: the rest (8192 - 2048), in 16-byte units.
+  p = L2PrefetchFor(weight, 8192, 4096, 8192, int64_t{1} << 30);
+  EXPECT_EQ(p.bytes, 8192 - kGemvPreloadBytes);
+  p = L2PrefetchFor(weight, 4112, 10, 4104, int64_t{1} << 30);  // a row of 4104 bytes
+  EXPECT_EQ(p.bytes, (4104 - kGemvPreloadBytes) / 16 * 16);
+  // Whole lines: 1000 bytes a row rounds down to 896.
+  p = L2PrefetchFor(weight, 8192, 1000, 8192, 1000 * 1000);
+  EXPECT_EQ(p.bytes, 896);
+  // Rows no longer than the first loads: prefetched from their start.
+  p = L2PrefetchFor(weight, 1024, 100, 1024, int64_t{1} << 20);
+  EXPECT_EQ(p.offset, 0);
+  EXPECT_EQ(p.bytes, 1024);
+  // Nothing: a budget under a line per row, no budget, unaligned rows or base, no rows.
+  EXPECT_EQ(L2PrefetchFor(weight, 8192, 4096, 8192, 4096 * 127).rows, 0);
+  EXPECT_EQ(L2PrefetchFor(weight, 8192, 4096, 8192, 0).rows, 0);
+  EXPECT_EQ(L2PrefetchFor(weight, 8200, 10, 8192, int64_t{1} << 20).rows, 0);
+  EXPECT_EQ(L2PrefetchFor(weight + 8, 8192, 10, 8192, int64_t{1} << 20).rows, 0);
+  EXPECT_EQ(L2PrefetchFor(weight, 8192, 0, 8192, int64_t{1} << 20).rows, 0);
+  EXPECT_EQ(L2PrefetchFor(nullptr, 8192, 10, 8192, int64_t{1} << 20).rows, 0);
+}
 
 }  // namespace
 }  // namespace xserv::kernels::cuda::testing

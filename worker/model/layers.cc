@@ -89,6 +89,12 @@ LinearWeight UploadFp8(Backend& backend, const WeightLoader::Fp8HostWeight& w,
 
 }  // namespace
 
+// Backend::PrefetchAfterNextMatmul of `w` (dense, or its FP8 codes); nothing for null.
+void PrefetchAfterNextMatmul(Backend& backend, const LinearWeight* w) {
+  if (w == nullptr || w->empty()) return;
+  backend.PrefetchAfterNextMatmul(w->codes.empty() ? w->dense.view() : w->codes.view());
+}
+
 absl::Status RunLinear(Backend& backend, const Tensor& x, const LinearWeight& w, const Tensor* bias,
                        const Tensor& out) {
   if (w.codes.empty()) return backend.Matmul(x, w.dense.view(), bias, out);
@@ -379,15 +385,18 @@ absl::StatusOr<Workspace> Workspace::Allocate(Backend& backend, const ModelConfi
 absl::Status RunAttention(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
                           const Tensor& normed, const Tensor* rope_table, int64_t layer,
                           const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
-                          int64_t tokens, const kernels::PreNorm* norm) {
+                          int64_t tokens, const kernels::PreNorm* norm,
+                          const LinearWeight* after_o) {
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   const bool stacked = !w.qkv.empty();
   const Workspace::QkvViews views = ws.Qkv(tokens, q_dim, kv_dim, stacked);
   if (stacked) {
+    PrefetchAfterNextMatmul(backend, &w.o);
     RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.qkv, OrNull(w.qkv_bias), views.all));
   } else {
     RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.q, OrNull(w.q_bias), views.q));
     RETURN_IF_ERROR(RunLinear(backend, normed, w.k, OrNull(w.k_bias), views.k));
+    PrefetchAfterNextMatmul(backend, &w.o);
     RETURN_IF_ERROR(RunLinear(backend, normed, w.v, OrNull(w.v_bias), views.v));
   }
   const Tensor q_heads = views.q.UnflattenLast(c.num_heads, c.head_dim);
@@ -409,6 +418,7 @@ absl::Status RunAttention(Backend& backend, const ModelConfig& c, const Attentio
   const Tensor attn = ws.attn.view().SliceRows(0, tokens);
   RETURN_IF_ERROR(backend.Attention(q_heads, kv, batch, params,
                                     attn.UnflattenLast(c.num_heads, c.head_dim)));
+  PrefetchAfterNextMatmul(backend, after_o);
   return RunLinear(backend, attn, w.o, OrNull(w.o_bias),
                         ws.block_out.view().SliceRows(0, tokens));
 }
@@ -441,19 +451,22 @@ Tensor Workspace::MlpRows(int64_t tokens, int64_t width) const {
 }
 
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
-                         Workspace& ws, int64_t tokens, const kernels::PreNorm* norm) {
+                         Workspace& ws, int64_t tokens, const kernels::PreNorm* norm,
+                         const LinearWeight* after_down) {
   const Tensor gate_up = ws.gate_up.view().SliceRows(0, tokens);
   const int64_t inter = w.gate_up.rows() / 2;
   // gate and up are the halves of each row; silu(gate) * up overwrites the gate half (for bf16
   // weights in one op, which a backend may fuse: Backend::MatmulSiluMul, unless the pre-norm is
   // fused into the projection instead).
   const Tensor gate = gate_up.SliceLast(0, inter);
+  PrefetchAfterNextMatmul(backend, &w.down);
   if (w.gate_up.codes.empty() && norm == nullptr) {
     RETURN_IF_ERROR(backend.MatmulSiluMul(normed, w.gate_up.dense.view(), gate_up, gate));
   } else {
     RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.gate_up, nullptr, gate_up));
     RETURN_IF_ERROR(backend.SiluMul(gate, gate_up.SliceLast(inter, 2 * inter), gate));
   }
+  PrefetchAfterNextMatmul(backend, after_down);
   return RunLinear(backend, gate, w.down, nullptr, ws.block_out.view().SliceRows(0, tokens));
 }
 

@@ -86,6 +86,9 @@ struct AttentionWeights {
   Buffer q_norm, k_norm;             // optional [hd] (Qwen3 QK-norm), replicated
   Buffer sinks;                      // optional [heads] (gpt-oss), f32
 
+  // The first projection a step runs: qkv, or q where they stay apart.
+  const LinearWeight& first() const { return qkv.empty() ? q : qkv; }
+
   // `config` is the checkpoint's (full shapes), `tp` selects this rank's heads.
   static AttentionWeights Load(WeightLoader& loader, Backend& backend, const ModelConfig& config,
                                const TpShard& tp, const std::string& prefix);
@@ -138,16 +141,21 @@ struct Workspace {
 // projection into ws.block_out. `normed` is the layer input [T, H]; `config` is this rank's
 // (RankConfig). Under tensor parallelism block_out holds this rank's partial sum: the caller
 // all-reduces it. With `norm`, normed is its output, computed with the first projection
-// (RunNormLinear).
+// (RunNormLinear). `after_o`, if given, is the weight of the matmul that follows the output
+// projection (the MLP's first): the backend may start reading it early
+// (Backend::PrefetchAfterNextMatmul), as each projection here does for the next.
 absl::Status RunAttention(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
                           const Tensor& normed, const Tensor* rope_table, int64_t layer,
                           const ForwardInputs& in, const kernels::KvLayer& kv, Workspace& ws,
-                          int64_t tokens, const kernels::PreNorm* norm = nullptr);
+                          int64_t tokens, const kernels::PreNorm* norm = nullptr,
+                          const LinearWeight* after_o = nullptr);
 
 // down(silu(gate(x)) * up(x)) into ws.block_out (a partial sum under tensor parallelism);
-// `norm` as RunAttention's.
+// `norm` as RunAttention's; `after_down` the weight of the matmul after down (the next layer's
+// first projection), as RunAttention's after_o.
 absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tensor& normed,
-                         Workspace& ws, int64_t tokens, const kernels::PreNorm* norm = nullptr);
+                         Workspace& ws, int64_t tokens, const kernels::PreNorm* norm = nullptr,
+                         const LinearWeight* after_down = nullptr);
 
 // Vocab-parallel lm_head: with tensor parallelism and a vocabulary that splits evenly, each rank
 // holds vocab rows [begin, end) of the lm_head and computes those logit columns; the full rows

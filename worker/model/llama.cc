@@ -113,14 +113,17 @@ class LlamaModel final : public Model {
       // Global index: sliding windows and observer names are per checkpoint layer.
       const int64_t layer_index = pp_.first_layer + static_cast<int64_t>(i);
       RETURN_IF_ERROR(RunAttention(b, rank_config(), layer.attention, normed, &rope_.view(),
-                                   layer_index, in, kv[i], ws_, tokens, OrNull(norm)));
+                                   layer_index, in, kv[i], ws_, tokens, OrNull(norm),
+                                   &layer.mlp.gate_up));
       Observe(layer_index, "input", residual);
       Observe(layer_index, "attn_in", normed);
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       Observe(layer_index, "attn", ws_.attn.view().SliceRows(0, tokens));  // this rank's heads
       Observe(layer_index, "attn_out", block_out);
       ASSIGN_OR_RETURN(norm, pre_norm(layer.post_attention_norm));
-      RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens, OrNull(norm)));
+      const LinearWeight* next_layer =
+          i + 1 < layers_.size() ? &layers_[i + 1].attention.first() : nullptr;
+      RETURN_IF_ERROR(RunGatedMlp(b, layer.mlp, normed, ws_, tokens, OrNull(norm), next_layer));
       Observe(layer_index, "mlp_in", normed);
       RETURN_IF_ERROR(AllReduceSum(tp_.comm, b, block_out));
       Observe(layer_index, "mlp_out", block_out);

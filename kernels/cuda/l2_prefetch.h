@@ -1,0 +1,31 @@
+// Weights read into L2 ahead of their matmul (Backend::PrefetchAfterNextMatmul).
+//
+// Why: at batch 1 a decode step alternates weight-streaming GEMVs with latency-bound kernels
+// (norms, q/k norm + RoPE, attention, SiluMul) during which the HBM is nearly idle: in a traced
+// Qwen3-8B step those kernels held the critical path for about 24 µs per layer (docs/benchmarks,
+// session 14). A GEMV that has issued its last loads also has the next matmul's weight to hand
+// (CudaBackend takes it from the hint), so its threads ask L2 for a part of that weight as they
+// finish (IssueL2Prefetch, one bulk prefetch per row), and the memory streams it during the
+// kernels in between. The next GEMV then reads that part from L2. The prefetch never changes a
+// result; it costs nothing but the bytes when the hint is wrong.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/kernel_types.h"
+
+namespace xserv::kernels::cuda {
+
+// Bytes of each weight row that a decode GEMV asks for before its PDL wait anyway (its first
+// batch of loads: 4 loads of 16 bytes per lane of each warp's first rows; static_asserts in
+// gemv.cu and fp8_gemv_mma.cu), so the prefetch starts after them.
+inline constexpr int64_t kGemvPreloadBytes = 2048;
+
+// The prefetch of an [rows, row_bytes] weight whose rows lie `stride` bytes apart, within
+// `budget` bytes: of every row the same whole number of 128-byte lines from kGemvPreloadBytes on
+// (or from 0 for rows no longer than that), at most the rest of the row. Nothing (rows = 0) for
+// a budget under one line per row, unaligned rows, or sizes past int32.
+L2Prefetch L2PrefetchFor(const void* base, int64_t stride, int64_t rows, int64_t row_bytes,
+                         int64_t budget);
+
+}  // namespace xserv::kernels::cuda
