@@ -16,9 +16,11 @@
 
 namespace xserv::kernels::cuda {
 
-// Bytes of each weight row that a decode GEMV asks for before its PDL wait anyway (its first
-// batch of loads: 4 loads of 16 bytes per lane of each warp's first rows; static_asserts in
-// gemv.cu and fp8_gemv_mma.cu), so the prefetch starts after them.
+// Bytes of a weight row that a decode GEMV launched with PDL asks for before its wait anyway (its
+// first batch of loads: 4 loads of 16 bytes per lane, static_asserts in gemv.cu and
+// fp8_gemv_mma.cu), so the prefetch starts after them. That holds for the rows of each warp's
+// first column group, which at batch 1 are all of them but for the widest weights (gate_up,
+// lm_head), whose later rows then miss their first 2 KB here.
 inline constexpr int64_t kGemvPreloadBytes = 2048;
 
 // The prefetch of an [rows, row_bytes] weight whose rows lie `stride` bytes apart, within
