@@ -26,6 +26,7 @@ struct KernelChoices {
   bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 3 rows
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
   int l2_prefetch_mb = 0;          // MiB of the next matmul's weight a decode GEMV prefetches
+  bool l2_prefetch_own = false;    // ... of its own weight, before its PDL wait, instead
   std::string pdl = "all";         // which kernels launch while their predecessor runs
 };
 
@@ -88,6 +89,11 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "kernels in between (norms, attention); 0: off")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app.add_option("--l2-prefetch-own", k.l2_prefetch_own,
+                 "cuda, experimental, with --l2-prefetch-mb: each decode GEMV asks L2 for that "
+                 "many MiB of its own weight before it waits for its input, instead of the next "
+                 "matmul's as it ends")
+      ->capture_default_str();
   app.add_option("--pdl", k.pdl,
                  "cuda: programmatic dependent launch: 'gemv' lets the single-row GEMV launch "
                  "while its predecessor runs (its first weight loads go out before its input is "
@@ -117,7 +123,8 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_gemv_mma = k.fp8_gemv_mma,
-          .l2_prefetch_bytes = int64_t{k.l2_prefetch_mb} << 20};
+          .l2_prefetch_bytes = int64_t{k.l2_prefetch_mb} << 20,
+          .l2_prefetch_own = k.l2_prefetch_own};
 }
 #endif
 

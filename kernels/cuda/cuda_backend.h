@@ -86,8 +86,10 @@ struct CudaBackendOptions {
   // it applies (measured faster from 3 rows).
   bool fp8_gemv_mma = true;
   // PrefetchAfterNextMatmul: the decode GEMV asks L2 for up to this many bytes of the hinted
-  // weight as it finishes (l2_prefetch.h); 0: off.
+  // weight as it finishes (l2_prefetch.h); 0: off. With l2_prefetch_own the hints are ignored and
+  // each decode GEMV asks for that many bytes of its own weight before its PDL wait instead.
   int64_t l2_prefetch_bytes = 0;
+  bool l2_prefetch_own = false;
   // Record the GPU time of every op (op_profiler.h); read with TakeOpProfile. Costs an event per op.
   bool profile_ops = false;
 };
@@ -244,6 +246,9 @@ class CudaBackend final : public Backend {
   // PrefetchAfterNextMatmul's hint, for the next matmul op to take (TakeL2Prefetch).
   L2Prefetch pending_l2_prefetch_;
   L2Prefetch TakeL2Prefetch() { return std::exchange(pending_l2_prefetch_, L2Prefetch{}); }
+  int64_t OwnL2PrefetchBytes() const {
+    return options_.l2_prefetch_own ? options_.l2_prefetch_bytes : 0;
+  }
   // Whether the W8A8 path was refused (cuBLASLt had no algorithm): logged once.
   bool fp8_w8a8_refused_ = false;
   std::vector<cudaGraphExec_t> graphs_;  // instantiated captures, by index

@@ -87,6 +87,14 @@ __global__ void __launch_bounds__(kThreads) Fp8MmaGemvKernel(const __grid_consta
     }
   };
   load(warp);
+  // More of the tile's rows may stream into L2 while the previous kernel runs (warp 0's quads'
+  // first threads: rows g and g + 8).
+  if (a.own_prefetch_bytes > 0 && warp == 0 && q == 0) {
+    for (const uint4* row : rows) {
+      PrefetchOwnRow(row, a.k, kGemvPreloadBytes, a.own_prefetch_bytes,
+                     int64_t{gridDim.x} * kTileRows);
+    }
+  }
   if (threadIdx.x < kMaxRows) amax_bits[threadIdx.x] = 0;
   PdlBegin();  // x (and out) belong to the stream's earlier kernels
   __syncthreads();

@@ -303,7 +303,8 @@ GemvArgs GemvArgsFrom(const GemmCall& c, bool pdl) {
                   .n = static_cast<int>(c.n),
                   .k = static_cast<int>(c.k),
                   .pdl = pdl,
-                  .prefetch = c.prefetch};
+                  .prefetch = c.prefetch,
+                  .own_prefetch_bytes = c.own_prefetch_bytes};
 }
 
 std::optional<GemvArgs> GemvArgsOf(const GemmCall& c, bool pdl, bool glu) {

@@ -46,8 +46,9 @@ struct GemmCall {
   // w was written by earlier work on the stream (an FP8 weight decoded into scratch): a PDL
   // launch must not read it before its wait, so the GEMV does not prefetch it (GemmOptions::pdl).
   bool w_from_stream = false;
-  // For the GEMV (GemvArgs::prefetch); cuBLASLt ignores it.
+  // For the GEMV (GemvArgs::prefetch, GemvArgs::own_prefetch_bytes); cuBLASLt ignores them.
   L2Prefetch prefetch;
+  int64_t own_prefetch_bytes = 0;
 };
 
 // One W8A8 GEMM in row-major terms, on cuBLASLt's FP8 block scaling (sm_90):

@@ -144,6 +144,14 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
       }
     }
   };
+  // More of this warp's first rows may stream into L2 while the previous kernel runs (asked
+  // first: fewer registers are live here than after the first batch).
+  if (a.own_prefetch_bytes > 0 && lane < kCols && first_n0 < out_cols) {
+    const int row = min(row_of(first_n0, lane), a.n - 1);
+    PrefetchOwnRow(static_cast<const uint8_t*>(a.w) + row * row_bytes, chunks * 16,
+                   int64_t{kUnroll} * kWarpSize * 16, a.own_prefetch_bytes,
+                   int64_t{gridDim.x} * kWarps * kCols);
+  }
   if (first_n0 < out_cols) load_batch(first_n0, lane);
   // The first group's bias too (a constant): loaded here it is not a round trip after the sums.
   // Not in the FP8 form, whose registers it would spill: there the bias loads after the sums.

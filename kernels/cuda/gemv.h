@@ -68,6 +68,9 @@ struct GemvArgs {
   // Part of the next matmul's weight that the threads ask L2 for as they finish (l2_prefetch.h);
   // rows = 0: none.
   L2Prefetch prefetch;
+  // Instead, or too: bytes of its own weight that the GEMV asks L2 for before its PDL wait, shared
+  // by the rows of its first pass, past each row's first batch of loads (PrefetchOwnRow); 0: none.
+  int64_t own_prefetch_bytes = 0;
   // The tile, for benchmarks (0: the measured default): columns per warp and loads of each in
   // flight per lane, one of 1x4, 1x8, 2x4, 4x2, 4x4. Results do not depend on it.
   int tile_cols = 0;

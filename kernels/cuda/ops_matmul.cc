@@ -148,7 +148,7 @@ CudaBackend::Fp8DecodeGemv CudaBackend::Fp8DecodeGemvFor(const GemmCall& call,
 
 void CudaBackend::PrefetchAfterNextMatmul(const Tensor& weight) {
   pending_l2_prefetch_ = {};
-  if (options_.l2_prefetch_bytes <= 0 || weight.device != DeviceType::kCuda || weight.rank != 2 ||
+  if (options_.l2_prefetch_bytes <= 0 || options_.l2_prefetch_own || weight.device != DeviceType::kCuda || weight.rank != 2 ||
       weight.stride(1) != 1) {
     return;
   }
@@ -162,6 +162,7 @@ absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor*
   constexpr const char* kOp = "Matmul";
   GemmCall call;
   call.prefetch = TakeL2Prefetch();
+  call.own_prefetch_bytes = OwnL2PrefetchBytes();
   RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, bias, out, call));
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return LaunchedWeights(kOp, cudaGetLastError(), call.n, call.k,
@@ -177,6 +178,7 @@ absl::Status CudaBackend::MatmulSiluMul(const Tensor& x, const Tensor& w, const 
   }
   GemmCall call;
   call.prefetch = TakeL2Prefetch();
+  call.own_prefetch_bytes = OwnL2PrefetchBytes();
   RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, nullptr, gate_up, call));
   if (call.n % 2 != 0) return OpError(kOp, "w must stack gate and up rows (an even count)");
   RETURN_IF_ERROR(ExpectCuda(kOp, "act", act));
@@ -200,6 +202,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   constexpr const char* kOp = "MatmulFp8";
   GemmCall call;
   call.prefetch = TakeL2Prefetch();
+  call.own_prefetch_bytes = OwnL2PrefetchBytes();
   RETURN_IF_ERROR(CheckFp8Matmul(kOp, x, w, bias, out, call));
   const int64_t n = call.n, k = call.k;
   if (call.m == 0 || n == 0) return absl::OkStatus();
@@ -270,6 +273,7 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
     return OpError(kOp, "residual_out, normed and out must not overlap each other");
   }
   call.prefetch = prefetch;
+  call.own_prefetch_bytes = OwnL2PrefetchBytes();
   // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
   // on normed, given the norm as its prologue.
   if (options_.fuse_norm_gemv && w.fp8 != nullptr && call.m == 1) {

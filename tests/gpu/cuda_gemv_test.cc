@@ -114,9 +114,11 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
                    .scale_cols = (s.k + kBlock - 1) / kBlock,
                    .block = fp8 ? kBlock : 0,
                    .pdl = pdl,
-                   // With PDL, also an L2 prefetch (of this weight): it must change nothing.
+                   // With PDL, also both L2 prefetches (of this weight): they must change
+                   // nothing.
                    .prefetch = pdl ? L2PrefetchFor(w_dev, row_bytes, s.n, row_bytes, 1 << 20)
                                    : L2Prefetch{},
+                   .own_prefetch_bytes = pdl ? 1 << 20 : 0,
                    .tile_cols = tile.cols,
                    .tile_unroll = tile.unroll};
         ASSERT_TRUE(GemvSupports(a));
@@ -200,9 +202,11 @@ TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
                        .scale_cols = (s.k + kBlock - 1) / kBlock,
                        .block = kBlock,
                        .pdl = pdl,
-                       // With PDL, also an L2 prefetch (of this weight): it must change nothing.
+                       // With PDL, also both L2 prefetches (of this weight): they must
+                       // change nothing.
                        .prefetch = pdl ? L2PrefetchFor(w_dev, s.k, s.n, s.k, 1 << 20)
-                                       : L2Prefetch{}};
+                                       : L2Prefetch{},
+                       .own_prefetch_bytes = pdl ? 1 << 20 : 0};
       EXPECT_TRUE(Fp8MmaGemvSupports(a));
       EXPECT_EQ(LaunchFp8MmaGemv(a, nullptr), cudaSuccess);
       std::vector<float> out(out_floats + kGuard);
