@@ -7,7 +7,10 @@
 // (CudaBackend takes it from the hint), so its threads ask L2 for a part of that weight as they
 // finish (IssueL2Prefetch, one bulk prefetch per row), and the memory streams it during the
 // kernels in between. The next GEMV then reads that part from L2. The prefetch never changes a
-// result; it costs nothing but the bytes when the hint is wrong.
+// result; it costs nothing but the bytes when the hint is wrong. The other form
+// (CudaBackendOptions::l2_prefetch_own, PrefetchOwnRow in l2_prefetch.cuh): each GEMV, launched
+// early under PDL, asks for more of its own first rows before it waits for its input. Which
+// pays, if either, is for the GPU host to measure (docs/benchmarks, session 18).
 #pragma once
 
 #include <cstdint>
