@@ -148,8 +148,8 @@ CudaBackend::Fp8DecodeGemv CudaBackend::Fp8DecodeGemvFor(const GemmCall& call,
 
 void CudaBackend::PrefetchAfterNextMatmul(const Tensor& weight) {
   pending_l2_prefetch_ = {};
-  if (options_.l2_prefetch_bytes <= 0 || options_.l2_prefetch_own || weight.device != DeviceType::kCuda || weight.rank != 2 ||
-      weight.stride(1) != 1) {
+  if (options_.l2_prefetch_bytes <= 0 || options_.l2_prefetch_own ||
+      weight.device != DeviceType::kCuda || weight.rank != 2 || weight.stride(1) != 1) {
     return;
   }
   const auto elem = static_cast<int64_t>(DTypeSize(weight.dtype));
