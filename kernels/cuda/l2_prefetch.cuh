@@ -30,7 +30,8 @@ __device__ __forceinline__ void PrefetchOwnRow(const void* row, int64_t row_byte
   const int64_t bytes = min(row_bytes - offset, budget / rows / 128 * 128);
   if (bytes < 16) return;
   const char* at = static_cast<const char*>(row) + offset;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(static_cast<int>(bytes)));
+  const int size = static_cast<int>(bytes);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(size));
 #endif
 }
 
