@@ -22,8 +22,10 @@ for n in $(seq 2 99); do  # never overwrite an earlier run's table in the same c
   result="$OUT/engine-bench-$arch${TAG:+-$TAG}-$n.txt"
 done
 # VARIANTS="name=FLAGS|name2=FLAGS2": the heuristic mode once per variant (its flags after
-# BENCH_FLAGS), on the same weights, then a table of decode ms/step by batch (e.g.
-# VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true").
+# BENCH_FLAGS; ROUNDS times, default 1), on the same weights, then a table of decode ms/step by
+# batch (e.g. VARIANTS="base=|fused=--fuse-qk-norm-rope true|tuned=--gemm-autotune true"). A name
+# of the form name@BINARY runs that bundled binary instead (flags and binaries in one call, e.g.
+# VARIANTS="main=|p16=--l2-prefetch-mb 16|gemv@xserv-engine-bench-gemv=").
 # BINS="xserv-engine-bench xserv-engine-bench-old": the heuristic mode with each bundled binary
 # (built from different trees), in turn, ROUNDS times (default 2) so drift between runs shows.
 bench() {  # flags...
@@ -36,10 +38,15 @@ bench() {  # flags...
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   if [[ -n ${VARIANTS:-} ]]; then
     IFS='|' read -r -a variants <<<"$VARIANTS"
-    for v in "${variants[@]}"; do
-      echo "== variant ${v%%=*}: ${v#*=}"
-      # shellcheck disable=SC2086
-      bench --batch-invariant false ${BENCH_FLAGS:-} ${v#*=}
+    for round in $(seq "${ROUNDS:-1}"); do
+      for v in "${variants[@]}"; do
+        name=${v%%=*}
+        bin=xserv-engine-bench
+        [[ $name == *@* ]] && bin=${name#*@}
+        echo "== variant $name#$round: ${v#*=}"
+        # shellcheck disable=SC2086
+        BIN=$bin bench --batch-invariant false ${BENCH_FLAGS:-} ${v#*=}
+      done
     done
   elif [[ -n ${BINS:-} ]]; then
     for round in $(seq "${ROUNDS:-2}"); do
