@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarises a kernel trace of decode steps (kernel-timeline.sh): splits it into steps at the
 trace's last kernel name, and over the last --steps steps prints the step span, the sum of the
-kernels' durations, the gaps, and per kernel name its calls, time and the idle gap before it.
+kernels' durations, the gaps, and per kernel name its calls, time and the idle gap before it,
+then the critical path held by kernels that do not stream weights (--streaming): at batch 1 the
+window in which the memory idles, which an L2 prefetch of the next weight may fill.
 Reads nsys's cuda_gpu_trace CSV (start and duration) or ncu's CSV (durations only)."""
 import argparse
 import collections
@@ -47,6 +49,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("csv")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--streaming", default=r"Gemv|gemm|Gemm|sm90_|cutlass|Moe.*Gemv",
+                   help="regex of the kernel names that stream weights")
     a = p.parse_args()
     rows = [r for r in read(a.csv) if not r[0].startswith("[CUDA memset")]
     kernels = [r for r in rows if not r[0].startswith("[")]
@@ -88,6 +92,11 @@ def main():
     for name, (calls, dur, gap, path) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
         print(f"{name:92} {calls / n:6.0f} {dur / n / 1e3:9.1f} {dur / calls / 1e3:8.2f}"
               f" {gap / n / 1e3:11.1f} {path / n / 1e3:12.1f}")
+    if spans:
+        streaming = re.compile(a.streaming)
+        other = sum(e[3] for name, e in by_name.items() if not streaming.search(name))
+        print(f"critical path outside weight-streaming kernels (--streaming): {other / n / 1e3:.1f}"
+              f" us/step")
 
 
 if __name__ == "__main__":
