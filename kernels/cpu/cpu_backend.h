@@ -21,7 +21,8 @@ struct CpuBackendOptions {
   bool fuse_norm_matmul = false;
 };
 
-class CpuBackend final : public Backend {
+// Not final: tests record the calls a model makes (tests/unit/model/prefetch_hints_test.cc).
+class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options);
 
