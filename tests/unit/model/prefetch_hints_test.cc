@@ -52,7 +52,8 @@ TEST_P(PrefetchHints, NameTheMatmulAfterTheNext) {
   ASSERT_TRUE(builder.ok()) << builder.status();
   const std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
   const std::vector<int32_t> table = {2};
-  auto in = builder->Build({SequenceChunk{.tokens = tokens, .block_table = table}});
+  const std::vector<SequenceChunk> chunks = {SequenceChunk{.tokens = tokens, .block_table = table}};
+  auto in = builder->Build(chunks);
   ASSERT_TRUE(in.ok()) << in.status();
   auto logits = backend.Allocate(kernels::DType::kF32, {1, (*model)->config().vocab_size});
   ASSERT_TRUE(logits.ok());
