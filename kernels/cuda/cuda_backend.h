@@ -245,9 +245,11 @@ class CudaBackend final : public Backend {
   Buffer fp8_weight_, fp8_act_, fp8_act_scales_, fp8_out_;
   // PrefetchAfterNextMatmul's hint, for the next matmul op to take (TakeL2Prefetch).
   L2Prefetch pending_l2_prefetch_;
-  L2Prefetch TakeL2Prefetch() { return std::exchange(pending_l2_prefetch_, L2Prefetch{}); }
-  int64_t OwnL2PrefetchBytes() const {
-    return options_.l2_prefetch_own ? options_.l2_prefetch_bytes : 0;
+  // A matmul op's GEMV prefetches into `call`: the pending hint (taken: it is this op's) and, with
+  // l2_prefetch_own, the bytes of its own weight.
+  void TakeL2Prefetch(GemmCall& call) {
+    call.prefetch = std::exchange(pending_l2_prefetch_, L2Prefetch{});
+    call.own_prefetch_bytes = options_.l2_prefetch_own ? options_.l2_prefetch_bytes : 0;
   }
   // Whether the W8A8 path was refused (cuBLASLt had no algorithm): logged once.
   bool fp8_w8a8_refused_ = false;

@@ -13,6 +13,8 @@
 // pays, if either, is for the GPU host to measure (docs/benchmarks, session 18).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/kernel_types.h"
@@ -25,6 +27,16 @@ namespace xserv::kernels::cuda {
 // first column group, which at batch 1 are all of them but for the widest weights (gate_up,
 // lm_head), whose later rows then miss their first 2 KB here.
 inline constexpr int64_t kGemvPreloadBytes = 2048;
+
+// Bytes of each row a prefetch asks for: the `budget` shared by `rows` rows in whole 128-byte
+// lines, at most the row's `rest` bytes (whole 16-byte units); 0 under 16 bytes. The one rule
+// of both forms (L2PrefetchFor here, PrefetchOwnRow on the device).
+__host__ __device__ inline int64_t L2PrefetchRowBytes(int64_t rest, int64_t budget, int64_t rows) {
+  if (rows <= 0 || rest <= 0 || budget <= 0) return 0;
+  const int64_t lines = budget / rows / 128 * 128, whole = rest / 16 * 16;
+  const int64_t bytes = lines < whole ? lines : whole;
+  return bytes >= 16 ? bytes : 0;
+}
 
 // The prefetch of an [rows, row_bytes] weight whose rows lie `stride` bytes apart, within
 // `budget` bytes: of every row the same whole number of 128-byte lines from kGemvPreloadBytes on

@@ -161,8 +161,7 @@ absl::Status CudaBackend::Matmul(const Tensor& x, const Tensor& w, const Tensor*
                                  const Tensor& out) {
   constexpr const char* kOp = "Matmul";
   GemmCall call;
-  call.prefetch = TakeL2Prefetch();
-  call.own_prefetch_bytes = OwnL2PrefetchBytes();
+  TakeL2Prefetch(call);
   RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, bias, out, call));
   RETURN_IF_ERROR(gemm_->Run(call, stream_));
   return LaunchedWeights(kOp, cudaGetLastError(), call.n, call.k,
@@ -177,8 +176,7 @@ absl::Status CudaBackend::MatmulSiluMul(const Tensor& x, const Tensor& w, const 
     return Backend::MatmulSiluMul(x, w, gate_up, act);  // its Matmul takes the hint
   }
   GemmCall call;
-  call.prefetch = TakeL2Prefetch();
-  call.own_prefetch_bytes = OwnL2PrefetchBytes();
+  TakeL2Prefetch(call);
   RETURN_IF_ERROR(CheckDenseMatmul(kOp, x, w, nullptr, gate_up, call));
   if (call.n % 2 != 0) return OpError(kOp, "w must stack gate and up rows (an even count)");
   RETURN_IF_ERROR(ExpectCuda(kOp, "act", act));
@@ -201,8 +199,7 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
                                     const Tensor& out) {
   constexpr const char* kOp = "MatmulFp8";
   GemmCall call;
-  call.prefetch = TakeL2Prefetch();
-  call.own_prefetch_bytes = OwnL2PrefetchBytes();
+  TakeL2Prefetch(call);
   RETURN_IF_ERROR(CheckFp8Matmul(kOp, x, w, bias, out, call));
   const int64_t n = call.n, k = call.k;
   if (call.m == 0 || n == 0) return absl::OkStatus();
@@ -243,7 +240,8 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
 absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight& w,
                                            const Tensor* bias, const Tensor& out) {
   constexpr const char* kOp = "AddRmsNormMatmul";
-  const L2Prefetch prefetch = TakeL2Prefetch();  // the GEMV's, here or in the matmul op below
+  GemmCall call;
+  TakeL2Prefetch(call);  // the fused GEMV's, or handed back to the matmul op below
   if ((w.dense == nullptr) == (w.fp8 == nullptr)) {
     return OpError(kOp, "give exactly one of a dense and an FP8 weight");
   }
@@ -254,7 +252,6 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
   RETURN_IF_ERROR(ExpectRowMajor(kOp, "residual_out", p.residual_out));
   RETURN_IF_ERROR(ExpectSameShape(kOp, p.x, p.residual_out));
   // Everything checked before the first launch: no half-done op on bad input.
-  GemmCall call;
   if (w.dense != nullptr) {
     RETURN_IF_ERROR(CheckDenseMatmul(kOp, p.normed, *w.dense, bias, out, call));
   } else {
@@ -272,8 +269,6 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
       Overlap(p.normed, out)) {
     return OpError(kOp, "residual_out, normed and out must not overlap each other");
   }
-  call.prefetch = prefetch;
-  call.own_prefetch_bytes = OwnL2PrefetchBytes();
   // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
   // on normed, given the norm as its prologue.
   if (options_.fuse_norm_gemv && w.fp8 != nullptr && call.m == 1) {
@@ -313,7 +308,7 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
     if (!absl::IsUnimplemented(w8a8)) return w8a8;  // a refused shape runs the ops below
   }
   RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(args, stream_)));
-  pending_l2_prefetch_ = prefetch;
+  pending_l2_prefetch_ = call.prefetch;
   return w.dense != nullptr ? Matmul(p.normed, *w.dense, bias, out)
                             : MatmulFp8(p.normed, *w.fp8, bias, out);
 }

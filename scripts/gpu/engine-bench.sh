@@ -27,7 +27,13 @@ done
 # of the form name@BINARY runs that bundled binary instead (flags and binaries in one call, e.g.
 # VARIANTS="main=|p16=--l2-prefetch-mb 16|gemv@xserv-engine-bench-gemv=").
 # BINS="xserv-engine-bench xserv-engine-bench-old": the heuristic mode with each bundled binary
-# (built from different trees), in turn, ROUNDS times (default 2) so drift between runs shows.
+# (built from different trees), in turn, ROUNDS times (default 2) so drift between runs shows:
+# the variants BIN@BIN=.
+if [[ -n ${BINS:-} && -z ${VARIANTS:-} ]]; then
+  VARIANTS=$(for bin in $BINS; do printf '%s@%s=|' "$bin" "$bin"; done)
+  VARIANTS=${VARIANTS%|}
+  ROUNDS=${ROUNDS:-2}
+fi
 bench() {  # flags...
   ".bundle/bin/${BIN:-xserv-engine-bench}" --model "$model" --backend cuda \
     --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-64}" --batch "$batches" --repeats 3 \
@@ -43,17 +49,9 @@ bench() {  # flags...
         name=${v%%=*}
         bin=xserv-engine-bench
         [[ $name == *@* ]] && bin=${name#*@}
-        echo "== variant $name#$round: ${v#*=}"
+        echo "== variant ${name%@*}#$round: $bin ${v#*=}"
         # shellcheck disable=SC2086
         BIN=$bin bench --batch-invariant false ${BENCH_FLAGS:-} ${v#*=}
-      done
-    done
-  elif [[ -n ${BINS:-} ]]; then
-    for round in $(seq "${ROUNDS:-2}"); do
-      for bin in $BINS; do
-        echo "== variant $bin#$round: $bin"
-        # shellcheck disable=SC2086
-        BIN=$bin bench --batch-invariant false ${BENCH_FLAGS:-}
       done
     done
   else
@@ -65,7 +63,7 @@ bench() {  # flags...
     done
   fi
 } | tee "$result"
-if [[ -n ${VARIANTS:-}${BINS:-} ]]; then  # variant, batch, prefill tok/s, decode ms/step
+if [[ -n ${VARIANTS:-} ]]; then  # variant, batch, prefill tok/s, decode ms/step
   awk '/^== variant/ {v = $3; sub(":", "", v)} /^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$/ {
          printf "%-12s b=%-5s prefill %10s tok/s  decode %7s ms/step\n", v, $1, $4, $6}' \
     "$result"
