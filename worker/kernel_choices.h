@@ -23,7 +23,8 @@ struct KernelChoices {
   bool fuse_norm_quant = false;    // that norm writes the W8A8 activation codes too
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
-  bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 3 rows
+  bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 2 rows
+  int fp8_gemv_mma_min_rows = 2;   // ... from this many rows (kFp8MmaGemvMinRows)
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
   int l2_prefetch_mb = 0;          // MiB of the next matmul's weight a decode GEMV prefetches
   bool l2_prefetch_own = false;    // ... of its own weight, before its PDL wait, instead
@@ -75,9 +76,14 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
       ->capture_default_str();
   app.add_option("--fp8-gemv-mma", k.fp8_gemv_mma,
-                 "cuda, with --fp8-matmuls: steps of 3 to 8 rows multiply the FP8 weights on "
-                 "tensor cores (codes to f16, activations as f16 scaled per row by a power of "
-                 "two) instead of the CUDA-core GEMV (measured faster from 3 rows, docs/benchmarks)")
+                 "cuda, with --fp8-matmuls: decode steps of 2 to 8 rows multiply the FP8 weights "
+                 "on tensor cores (codes to bf16 by shifts) instead of the CUDA-core GEMV "
+                 "(measured faster from 2 rows, docs/benchmarks)")
+      ->capture_default_str();
+  app.add_option("--fp8-gemv-mma-min-rows", k.fp8_gemv_mma_min_rows,
+                 "cuda, with --fp8-gemv-mma: the decode rows from which the FP8 weights go to "
+                 "tensor cores (below: the CUDA-core GEMV)")
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   app.add_option("--gemv", k.gemv,
                  "cuda: own skinny GEMV kernel for single-row bf16 matmuls (batch-1 decode) "
@@ -86,7 +92,8 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
   app.add_option("--l2-prefetch-mb", k.l2_prefetch_mb,
                  "cuda, experimental: as a decode GEMV finishes it asks L2 for up to this many "
                  "MiB of the next matmul's weight, which then streams during the latency-bound "
-                 "kernels in between (norms, attention); 0: off")
+                 "kernels in between (norms, attention); 0: off (measured slower on an H200, "
+                 "docs/benchmarks session 19)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   app.add_option("--l2-prefetch-own", k.l2_prefetch_own,
@@ -123,6 +130,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_gemv_mma = k.fp8_gemv_mma,
+          .fp8_gemv_mma_min_rows = k.fp8_gemv_mma_min_rows,
           .l2_prefetch_bytes = int64_t{k.l2_prefetch_mb} << 20,
           .l2_prefetch_own = k.l2_prefetch_own};
 }

@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "kernels/cuda/kernel_types.h"
 
@@ -134,20 +136,58 @@ __device__ __forceinline__ T* RowPtr(const RowsView& v, int64_t r) {
   return static_cast<T*>(v.data) + r * v.stride;
 }
 
-// Lets kKernel use `bytes` of dynamic shared memory (over the default 48 KB) on the current
-// device. The attribute is set only when a launch first needs more than before, so a decode graph
-// captures launches whose first, direct run already raised it (no attribute call while capturing).
+// Lets kKernel use `bytes` of dynamic shared memory (over the default 48 KB, which its static
+// shared memory counts against too) on the current device. The attribute is set only when a
+// launch first needs more than before, so a decode graph captures launches whose first, direct
+// run already raised it (no attribute call while capturing).
 template <auto kKernel>
 cudaError_t AllowDynamicSharedMemory(int64_t bytes) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int64_t> allowed[kMaxDevices] = {};
-  if (bytes <= 48 * 1024) return cudaSuccess;
+  static const int64_t static_bytes = [] {  // unknown: as if the default left no room
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, kKernel) == cudaSuccess
+               ? static_cast<int64_t>(attributes.sharedSizeBytes)
+               : int64_t{48 * 1024};
+  }();
+  if (bytes + static_bytes <= 48 * 1024) return cudaSuccess;
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
   if (device < kMaxDevices && bytes <= allowed[device].load()) return cudaSuccess;
   const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(bytes));
   if (err == cudaSuccess && device < kMaxDevices) allowed[device].store(bytes);
+  return err;
+}
+
+// The device's SM count (one device per process).
+inline int SmCount() {
+  static const int sms = [] {
+    int device = 0, count = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) {
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    }
+    return count;
+  }();
+  return sms;
+}
+
+// CTAs of `threads` threads of kKernel that one SM holds with `smem` bytes of dynamic shared
+// memory, asked once per size (a host-side calculation, but microseconds that every eager launch
+// would repeat): the grid of a kernel whose CTAs are all resident at once. One device per
+// process and one block size per kernel, as SmCount assumes.
+template <auto kKernel>
+cudaError_t ResidentPerSm(int threads, size_t smem, int* per_sm) {
+  static std::mutex mu;
+  static std::map<size_t, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = known.find(smem); it != known.end()) {
+    *per_sm = it->second;
+    return cudaSuccess;
+  }
+  const cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kKernel, threads, smem);
+  if (err == cudaSuccess) known.emplace(smem, *per_sm);
   return err;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/fp8_gemv_mma.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/op_profiler.h"
@@ -81,10 +82,11 @@ struct CudaBackendOptions {
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
   bool fp8_w8a8 = false;
-  // MatmulFp8 at kFp8MmaGemvMinRows to kGemvMaxRows rows on tensor cores (fp8_gemv_mma.h: codes
-  // to f16 pairs, x as f16 scaled per row by a power of two) instead of the CUDA-core GEMV, where
-  // it applies (measured faster from 3 rows).
+  // MatmulFp8 at fp8_gemv_mma_min_rows to kGemvMaxRows rows on tensor cores (fp8_gemv_mma.h:
+  // codes to bf16 pairs, bf16 x) instead of the CUDA-core GEMV, where it applies (measured faster
+  // from 2 rows: kFp8MmaGemvMinRows).
   bool fp8_gemv_mma = true;
+  int fp8_gemv_mma_min_rows = kFp8MmaGemvMinRows;  // the rows from which it applies (1 to 8)
   // PrefetchAfterNextMatmul: the decode GEMV asks L2 for up to this many bytes of the hinted
   // weight as it finishes (l2_prefetch.h); 0: off. With l2_prefetch_own the hints are ignored and
   // each decode GEMV asks for that many bytes of its own weight before its PDL wait instead.

@@ -30,13 +30,6 @@ __device__ __forceinline__ float Fp8Value(uint8_t code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
 }
 
-// Two codes of one 16-bit word (low byte first) as the bits of an f16x2 (exact; the low byte's
-// half in the low 16 bits): a tensor-core fragment register (fp8_gemv_mma.cu).
-__device__ __forceinline__ uint32_t Fp8PairHalf2Bits(uint16_t codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
-}
-
 // E4M3 codes at bytes 0 and 2 of t as exact bf16x2 (byte 0 in the low half), in integer ops and
 // one bf16x2 multiply: sign to bit 15, exponent and mantissa (7 bits) shifted so that E4M3's 4
 // exponent bits become the bottom of bf16's 8 and its 3 mantissa bits the top of bf16's 7, which

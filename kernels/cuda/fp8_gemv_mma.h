@@ -6,8 +6,9 @@
 //
 // Why: the CUDA-core GEMV converts every weight to f32 and multiplies it by one activation: about
 // one warp instruction per 4 weight bytes, and it streamed Qwen3-8B's FP8 weights at about half
-// the read bandwidth (docs/benchmarks). Here the codes become f16 pairs with one conversion per
-// two weights and an m16n8k16 MMA takes 16 rows x 16 inputs x all 8 rows of x at once.
+// the read bandwidth (docs/benchmarks). Here the codes become bf16 pairs by shifts and a multiply
+// (no conversion instruction) and an m16n8k16 MMA takes 16 rows x 16 inputs x all 8 rows of x
+// at once.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,7 +17,7 @@
 
 namespace xserv::kernels::cuda {
 
-// Shared memory for x as f16 (m * k * 2 bytes): up to 8 rows of Qwen3-8B's 12,288-input down
+// Shared memory for x as bf16 (m * k * 2 bytes): up to 8 rows of Qwen3-8B's 12,288-input down
 // projection (192 KB; the CUDA-core GEMV stops at kGemvMaxSharedBytes, and a matmul neither
 // takes decodes its whole weight to bf16 each step).
 inline constexpr int64_t kFp8MmaGemvMaxSharedBytes = 200 * 1024;
@@ -27,11 +28,10 @@ inline constexpr int64_t kFp8MmaGemvMaxSharedBytes = 200 * 1024;
 bool Fp8MmaGemvSupports(const GemvArgs& args);
 
 // Rows from which CudaBackend::MatmulFp8 takes this kernel (CudaBackendOptions::fp8_gemv_mma).
-// Qwen3-8B FP8 decode on an H200, ms/step against the CUDA-core GEMV: 3.71 vs 3.43 at 1 row,
-// 4.35 vs 4.04 at 2, 4.87 vs 5.32 at 3 and vs 5.31 at 4 (docs/benchmarks, session 13): the
-// tensor cores' work does not grow with the rows, this kernel's prologue (x's row maxima and
-// conversion to f16, three barriers) costs the single-row step.
-inline constexpr int kFp8MmaGemvMinRows = 3;
+// Qwen3-8B FP8 decode (W8A16) on an H200, ms/step against the CUDA-core GEMV: 3.54 vs 3.10 at 1
+// row (whose GEMV also takes the block's norm), 3.69 vs 3.79 at 2, 3.95 vs 4.56 at 3, 5.00 vs
+// 6.75 at 8 (docs/benchmarks, session 19).
+inline constexpr int kFp8MmaGemvMinRows = 2;
 
 cudaError_t LaunchFp8MmaGemv(const GemvArgs& args, cudaStream_t stream);
 

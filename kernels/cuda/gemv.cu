@@ -271,35 +271,6 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
   IssueL2Prefetch(a.prefetch, blockIdx.x * kThreads + threadIdx.x, gridDim.x * kThreads);
 }
 
-int SmCount() {
-  static const int sms = [] {  // one device per process
-    int device = 0, count = 132;
-    if (cudaGetDevice(&device) == cudaSuccess) {
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    }
-    return count;
-  }();
-  return sms;
-}
-
-// CTAs of `kernel` one SM holds with `smem` bytes of x, asked once per size (a host-side
-// calculation, but microseconds that every eager launch would repeat). One device per process,
-// as SmCount assumes.
-template <auto kKernel>
-cudaError_t ResidentPerSm(size_t smem, int* per_sm) {
-  static std::mutex mu;
-  static std::map<size_t, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  if (const auto it = known.find(smem); it != known.end()) {
-    *per_sm = it->second;
-    return cudaSuccess;
-  }
-  const cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kKernel, kThreads, smem);
-  if (err == cudaSuccess) known.emplace(smem, *per_sm);
-  return err;
-}
-
 template <int kRows, int kCols, int kUnroll, bool kFp8, bool kGlu, bool kNorm = false>
 cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
   constexpr auto kernel = GemvKernel<kRows, kCols, kUnroll, kFp8, kGlu, kNorm>;
@@ -311,7 +282,8 @@ cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
   // Every CTA resident at once (the grid-stride loop takes the rest), each warp with at least
   // one column group. The occupancy depends on smem (x's size).
   int per_sm = 0;
-  if (const cudaError_t err = ResidentPerSm<kernel>(smem, &per_sm); err != cudaSuccess) {
+  if (const cudaError_t err = ResidentPerSm<kernel>(kThreads, smem, &per_sm);
+      err != cudaSuccess) {
     return err;
   }
   constexpr int kGroupCols = kGlu ? 1 : kCols;

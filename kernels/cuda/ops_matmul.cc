@@ -135,9 +135,9 @@ CudaBackend::Fp8DecodeGemv CudaBackend::Fp8DecodeGemvFor(const GemmCall& call,
   d.args.scale_cols = w.scales.dim(1);
   d.args.block = static_cast<int>(w.block);
   const bool cuda_cores = GemvSupports(d.args);
-  // The tensor-core form from kFp8MmaGemvMinRows rows, and wherever x is too large for the
+  // The tensor-core form from fp8_gemv_mma_min_rows rows, and wherever x is too large for the
   // CUDA-core GEMV's shared memory (rather than decoding the whole weight).
-  if (options_.fp8_gemv_mma && (call.m >= kFp8MmaGemvMinRows || !cuda_cores) &&
+  if (options_.fp8_gemv_mma && (call.m >= options_.fp8_gemv_mma_min_rows || !cuda_cores) &&
       Fp8MmaGemvSupports(d.args)) {
     d.kernel = Fp8DecodeGemv::kTensorCores;
   } else if (cuda_cores) {

@@ -434,7 +434,7 @@ TEST_F(CudaOps, RopeOnStridedHeads) {
 // AddRmsNormMatmul fused into the GEMV (fuse_norm_gemv) against AddRmsNorm in place and then
 // Matmul / MatmulFp8 on a backend without it: the residual sum, the normalised rows and the
 // output bit for bit. FP8 weights at one row (the fused GEMV; gpt-oss's hidden 2880 with a
-// bias), and where the separate ops run: FP8 at 2 rows (the CUDA-core GEMV) and 3 (the
+// bias), and where the separate ops run: FP8 at 2 and 3 rows (the
 // tensor-core one), bf16 weights (Qwen3-8B's qkv at one row; 16 rows: cuBLASLt), a hidden size
 // of 96 (the norm kernel's warp form, which the GEMV does not repeat). Both backends launch with
 // PDL, as the decode graphs do; the fused one's op profile tells which form ran.

@@ -155,7 +155,7 @@ TEST_P(Gemv, EveryTileAndPdlMatchTheReferenceBitForBit) {
 
 // The FP8 GEMV on tensor cores (fp8_gemv_mma.h) against a double-precision reference over the
 // decoded weights, with and without PDL: shapes with a partial row tile, a partial last weight
-// block (k = 576), x rows of very different magnitudes (each row's f16 scaling), k = 12288 at
+// block (k = 576), x rows of very different magnitudes, k = 12288 at
 // m = 3 and m = 8 (192 KB of x); and every row computed alone equals its row in the batch, bit
 // for bit.
 TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
@@ -163,14 +163,16 @@ TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
   ASSERT_TRUE(info.ok()) << info.status();
   if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
   constexpr int kBlock = 128;
+  // {2, 64, 12288}: x fills exactly the 48 KB a launch may take without raising its limit, which
+  // the kernel's static shared memory counts against too.
   const Shape shapes[] = {{1, 1000, 4096}, {3, 37, 1024}, {8, 300, 1024}, {2, 4097, 576},
                           {3, 96, 12288},  {5, 1, 256},   {1, 40000, 64}, {4, 6144, 4096},
-                          {8, 64, 12288}};
+                          {8, 64, 12288},  {2, 64, 12288}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
     std::mt19937 rng(static_cast<uint32_t>(s.n * 5 + s.k));
     std::vector<float> x = RandomBf16(static_cast<size_t>(s.m) * s.k, rng);
-    // Row r scaled by 2^(6r - 12): from 2^-12 to 2^30, beyond f16's range at the top.
+    // Row r scaled by 2^(6r - 12): from 2^-12 to 2^30 (bf16 x takes them as they are).
     for (int r = 0; r < s.m; ++r) {
       const float f = std::ldexp(1.0f, 6 * r - 12);
       for (int i = 0; i < s.k; ++i) x[static_cast<size_t>(r) * s.k + i] *= f;
@@ -235,7 +237,7 @@ TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
         worst = std::max(worst, std::abs(got - want));
         scale = std::max(scale, std::abs(want));
       }
-      // fp32 sums of exact f16 products; the tensor cores' own additions within a step round
+      // fp32 sums of exact bf16 products; the tensor cores' own additions within a step round
       // too (the CUDA-core GEMV's bound is 1e-5).
       EXPECT_LE(worst / scale, 1e-4) << "row " << r;
       const auto* row = static_cast<const uint16_t*>(x_dev) + static_cast<size_t>(r) * s.k;
@@ -249,6 +251,41 @@ TEST(Fp8MmaGemv, MatchesTheReferenceAndRowsDoNotDependOnTheBatch) {
     cudaFree(scales_dev);
     cudaFree(out_dev);
   }
+}
+
+// Subnormal E4M3 codes are values, not zeros, in both FP8 GEMVs (the tensor-core one makes bf16
+// of them by shifts and a multiply by 2^120): rows of 0x01 (2^-9) and of 0x87 (-7 * 2^-9) against
+// x of ones, one block of scale 1, so the sums are exact: 128 * 2^-9 and -128 * 7 * 2^-9.
+TEST(Fp8Gemvs, TakeSubnormalCodesAsValues) {
+  auto info = xserv::cuda::QueryRuntime();
+  ASSERT_TRUE(info.ok()) << info.status();
+  if (info->devices.empty()) GTEST_SKIP() << "no CUDA device visible";
+  constexpr int kN = 16, kK = 128;
+  std::vector<uint8_t> codes(kN * kK);
+  for (int n = 0; n < kN; ++n) {
+    std::fill_n(codes.begin() + n * kK, kK, n % 2 == 0 ? uint8_t{0x01} : uint8_t{0x87});
+  }
+  void* x_dev = Upload(ToBf16(std::vector<float>(kK, 1.0f)));
+  void* w_dev = Upload(codes);
+  float* scales_dev = Upload(std::vector<float>{1.0f});
+  float* out_dev = Upload(std::vector<float>(kN, 0.0f));
+  const GemvArgs a{.x = x_dev, .ldx = kK, .w = w_dev, .ldw = kK, .out = out_dev, .ldo = kN,
+                   .out_type = ElemType::kF32, .m = 1, .n = kN, .k = kK, .scales = scales_dev,
+                   .scale_cols = 1, .block = 128};
+  for (const bool tensor_cores : {false, true}) {
+    SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+    ASSERT_EQ(cudaMemset(out_dev, 0, kN * 4), cudaSuccess);
+    ASSERT_EQ(tensor_cores ? LaunchFp8MmaGemv(a, nullptr) : LaunchGemv(a, nullptr), cudaSuccess);
+    std::vector<float> out(kN);
+    ASSERT_EQ(cudaMemcpy(out.data(), out_dev, kN * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int n = 0; n < kN; ++n) {
+      EXPECT_EQ(out[n], n % 2 == 0 ? 128.0f / 512 : -128.0f * 7 / 512) << "row " << n;
+    }
+  }
+  cudaFree(x_dev);
+  cudaFree(w_dev);
+  cudaFree(scales_dev);
+  cudaFree(out_dev);
 }
 
 // GemvArgs::glu: SiluMul as the gate_up GEMV's epilogue equals the plain GEMV's bf16 gate_up
