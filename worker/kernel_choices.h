@@ -82,7 +82,8 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
       ->capture_default_str();
   app.add_option("--fp8-gemv-mma-min-rows", k.fp8_gemv_mma_min_rows,
                  "cuda, with --fp8-gemv-mma: the decode rows from which the FP8 weights go to "
-                 "tensor cores (below: the CUDA-core GEMV)")
+                 "tensor cores (below: the CUDA-core GEMV; at 1 row that GEMV also takes the "
+                 "block's norm, --fuse-norm-gemv, which the tensor-core one does not)")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
   app.add_option("--gemv", k.gemv,

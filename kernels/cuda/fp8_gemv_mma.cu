@@ -1,23 +1,24 @@
 // FP8-weight skinny GEMM on tensor cores for decode (fp8_gemv_mma.h).
 //
-// Tile: a CTA of 8 warps owns 16 weight rows (the M of mma.sync m16n8k16) over all of k; x's m
-// rows are the N (column g of B is x row g; columns past m repeat row m - 1 and are never
-// stored). The grid is resident at once, each CTA staging x once and taking tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ... The warps split k into steps of 64 inputs, warp w taking steps w, w + 8, ... with
-// kUnroll steps in flight. In a step, thread (g, q) loads 16 codes (16 bytes) of rows g and
-// g + 8 at the step's inputs 16q .. 16q + 15 and turns each 4-byte word t into the A fragment of
-// MMA t: its K slots (2q, 2q + 1) and (2q + 8, 2q + 9) are the step's inputs 16q + 4t + {0, 2} and 16q + 4t + {1, 3}: bf16 codes by shifts (Fp8CodesToBf16x2
-// takes a word's bytes 0 and 2, and bytes 1 and 3 once shifted down; exact, no conversion
-// instruction). B takes x in the same order: x is staged in shared memory as bf16 with each
-// group of four inputs stored as (0, 2, 1, 3), so thread (g, q) reads inputs 16q .. 16q + 15 of
-// x row g (two 16-byte loads) as the B registers of the step's 4 MMAs. A step's MMAs accumulate
-// into a fresh f32 tile, which its weight block's scale then adds to the sum (a step lies in
-// one block: k and the block size are multiples of 64). bf16 x needs no scaling (f16 x did:
-// a row maximum, a conversion pass and three barriers, which cost single-row steps).
-// The warps' sums meet in shared memory in warp order: each output's reduction order depends
-// only on k, not on m or the other rows.
+// Tile: a CTA of 8 warps owns 16 weight rows (the M of mma.sync m16n8k16) over all of k; x's m rows
+// are the N (column g of B is x row g; columns past m repeat row m - 1 and are never stored). The
+// grid is resident at once, each CTA staging x once and taking tiles blockIdx.x, blockIdx.x +
+// gridDim.x, ... The warps split k into steps of 64 inputs, warp w taking steps w, w + 8, ... with
+// kUnroll steps in flight. In a step, thread (g, q) loads 16 codes (16 bytes) of rows g and g + 8
+// at the step's inputs 16q .. 16q + 15 and turns each 4-byte word t into the A fragment of MMA t:
+// its K slots (2q, 2q + 1) and (2q + 8, 2q + 9) are the step's inputs 16q + 4t + {0, 2} and 16q +
+// 4t + {1, 3}: bf16 codes by shifts (Fp8CodesToBf16x2 takes a word's bytes 0 and 2, and bytes 1 and
+// 3 once shifted down; exact, no conversion instruction). B takes x in the same order: x is staged
+// in shared memory as bf16 with each group of four inputs stored as (0, 2, 1, 3), so thread (g, q)
+// reads inputs 16q .. 16q + 15 of x row g (two 16-byte loads) as the B registers of the step's 4
+// MMAs. A step's MMAs accumulate into a fresh f32 tile, which its weight block's scale then adds to
+// the sum (a step lies in one block: k and the block size are multiples of 64). bf16 x needs no
+// scaling (f16 x did: a row maximum, a conversion pass and three barriers, which cost single-row
+// steps). The warps' sums meet in shared memory in warp order: each output's reduction order
+// depends only on k, not on m or the other rows.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -174,7 +175,8 @@ cudaError_t LaunchFp8MmaGemv(const GemvArgs& a, cudaStream_t stream) {
     return err;
   }
   const int64_t tiles = (a.n + kTileRows - 1) / kTileRows;
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{per_sm} * SmCount()));
+  const int64_t resident = int64_t{std::max(per_sm, 1)} * SmCount();
+  const auto grid = static_cast<unsigned>(std::min(tiles, resident));
   return LaunchMaybePdl(Fp8MmaGemvKernel, dim3(grid), dim3(kThreads), smem, stream, a.pdl, a);
 }
 

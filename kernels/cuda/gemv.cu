@@ -19,8 +19,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
