@@ -76,9 +76,9 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
       ->capture_default_str();
   app.add_option("--fp8-gemv-mma", k.fp8_gemv_mma,
-                 "cuda, with --fp8-matmuls: decode steps of 2 to 8 rows multiply the FP8 weights "
-                 "on tensor cores (codes to bf16 by shifts) instead of the CUDA-core GEMV "
-                 "(measured faster from 2 rows, docs/benchmarks)")
+                 "cuda, with --fp8-matmuls: decode steps of --fp8-gemv-mma-min-rows to 8 rows "
+                 "multiply the FP8 weights on tensor cores (codes to bf16 by shifts) instead of "
+                 "the CUDA-core GEMV (measured faster from 2 rows, docs/benchmarks)")
       ->capture_default_str();
   app.add_option("--fp8-gemv-mma-min-rows", k.fp8_gemv_mma_min_rows,
                  "cuda, with --fp8-gemv-mma: the decode rows from which the FP8 weights go to "

@@ -27,10 +27,11 @@ inline constexpr int64_t kFp8MmaGemvMaxSharedBytes = 200 * 1024;
 // output and bias.
 bool Fp8MmaGemvSupports(const GemvArgs& args);
 
-// Rows from which CudaBackend::MatmulFp8 takes this kernel (CudaBackendOptions::fp8_gemv_mma).
-// Qwen3-8B FP8 decode (W8A16) on an H200, ms/step against the CUDA-core GEMV: 3.54 vs 3.10 at 1
-// row (whose GEMV also takes the block's norm), 3.69 vs 3.79 at 2, 3.95 vs 4.56 at 3, 5.00 vs
-// 6.75 at 8 (docs/benchmarks, session 19).
+// Rows from which CudaBackend::MatmulFp8 takes this kernel by default
+// (CudaBackendOptions::fp8_gemv_mma_min_rows). Qwen3-8B FP8 decode (W8A16) on an H200, ms/step
+// against the CUDA-core GEMV: 3.54 vs 3.10 at 1 row (whose GEMV also takes the block's norm),
+// 3.69 vs 3.79 at 2; from 3 rows against this kernel's former f16 form: 3.95 vs 4.56 at 3, 5.00
+// vs 6.75 at 8 (docs/benchmarks, session 19).
 inline constexpr int kFp8MmaGemvMinRows = 2;
 
 cudaError_t LaunchFp8MmaGemv(const GemvArgs& args, cudaStream_t stream);
