@@ -23,9 +23,10 @@
 // batch-invariant mode does not use this kernel. Bad block-table entries among a row's keys make
 // the row NaN, as in attention.cu.
 // FP8 cache (kFp8): the ring holds a tile's codes (half the bytes) and its 16 keys' scales; the
-// MMAs read the codes straight into bf16 fragments (exact: every E4M3 value is a bf16; the head
-// dims in flash_tile.cuh's FP8 order), with each key's K scale applied to its scores and its V
-// scale to its probabilities before P V.
+// MMAs read the codes straight into f16 fragments by the hardware conversion (exact: every E4M3
+// value is an f16; Q and P in f16; the head dims in flash_tile.cuh's FP8 order), with each key's
+// K scale applied to its scores and its V scale to its values, in f16, before P V. The
+// conversions were this kernel's largest cost: at b=256 it ran at a third of its read roofline.
 #include <algorithm>
 
 #include "kernels/cuda/attention.h"
@@ -55,6 +56,12 @@ constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fr
 constexpr int kDeepStages = 3;
 constexpr int kShallowStages = 2;
 constexpr int kShallowMinPairs = 1024;
+// CTAs per SM the kernel's registers are bounded for. The shallow FP8 ring (41 KB of shared
+// memory at head_dim 128) leaves registers the limit: about 160 give 3 CTAs, 128 give 4 (with 8
+// bytes spilled). The bf16 rings fit 3 CTAs per SM at most, so they keep the compiler's choice
+// (0: no bound).
+template <bool kFp8, int kStages>
+constexpr int kMinCtasPerSm = kFp8 && kStages == kShallowStages ? 4 : 0;
 
 // Shared memory: the Q tile, then each warp's ring of kStages stages (a warp's tiles in flight;
 // bf16: a K and a V tile; FP8: their codes and the tile's K and V scales).
@@ -165,7 +172,7 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
 }
 
 template <int kDim, bool kFp8, int kStages>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages>))
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   // PdlBegin comes once the tiles of keys before this step's rows are in flight (below).
   using L = Layout<kDim, kFp8, kStages>;
@@ -348,8 +355,8 @@ __global__ void __launch_bounds__(kThreads)
                                 tile_scales, q4);
     OnlineSoftmaxUpdate<2, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
     if constexpr (kFp8) {
-      ScaleByKey<2>(sc, tile_scales + kTileKeys, q4);  // V's scales
-      AccumulatePVFp8<kDim>(o, sc, stage + L::kTileBytes, L::kCodeLd, lane);
+      AccumulatePVFp8<kDim>(o, sc, stage + L::kTileBytes, L::kCodeLd, tile_scales + kTileKeys,
+                            lane);
     } else {
       AccumulatePV<2, kDim, kLd>(o, sc, reinterpret_cast<const bf16*>(stage) + L::kTile, lane);
     }

@@ -201,14 +201,21 @@ __device__ __forceinline__ void AccumulatePV(float (&o)[kDim / 8][4], const floa
   }
 }
 
-// FP8 K and V tiles read as codes straight into bf16 fragments (Fp8CodesToBf16x2; no converted
-// copy in shared memory). The head dims take another order than the bf16 path's, the same on both
-// sides of each product, so that a thread reads contiguous codes:
+// FP8 K and V tiles read as codes straight into f16 fragments by the hardware's E4M3 -> f16x2
+// conversion (Fp8PairToF16x2: exact, one instruction per two codes; no converted copy in shared
+// memory), so both products run on f16 operands: Q and P as f16 (P in [0, 1], and Q's bf16 values
+// below f16's limit of 65504, as a normalised and rotated query's are), fp32 accumulators. The
+// head dims take another order than the bf16 path's, the same on both sides of each product, so
+// that a thread reads contiguous codes:
 // - Q K^T: in k16 step kt, thread q4's slots 2 q4, 2 q4 + 1 hold dims kDim / 4 * q4 + 4 kt + 0, 1
 //   and slots 2 q4 + 8, 2 q4 + 9 dims ... + 2, 3: the thread reads kDim / 4 contiguous codes of
-//   its key row, and Q's A fragments follow (LoadQueryFragmentsFp8Order);
+//   its key row, each 4-code word's halves are its two B fragments, and Q's A fragments follow
+//   (LoadQueryFragmentsFp8Order); the caller applies the keys' K scales to the scores;
 // - P V: output column n of n8 block dt = 4 c + i is dim 32 c + 4 n + i (Fp8OutputDim): the
-//   thread whose B column is n reads 4 contiguous codes of each of its 4 key rows.
+//   thread whose B column is n reads 4 contiguous codes of each of its 4 key rows; one byte
+//   permute of two rows' words gives the code pairs of two dims, and each pair is multiplied by
+//   its keys' V scales in f16 (the dequantised values, which f16 holds with more precision than
+//   bf16; values below 2^-14 lose relative precision, not range).
 // Code rows are 16-byte aligned, code_ld bytes apart (kDim + 16: conflict-free at kDim 128; at
 // kDim 64 the score loads of two rows of a phase share banks, 2-way).
 template <int kDim, int kLd>
@@ -216,12 +223,16 @@ __device__ __forceinline__ void LoadQueryFragmentsFp8Order(uint32_t (&qa)[kDim /
                                                            const __nv_bfloat16* q_s, int lane) {
   const __nv_bfloat16* lo = q_s + (lane / 4) * kLd + kDim / 4 * (lane % 4);
   const __nv_bfloat16* hi = lo + 8 * kLd;
+  const auto f16x2 = [](const __nv_bfloat16* p) {
+    const __half2 h = __floats2half2_rn(__bfloat162float(p[0]), __bfloat162float(p[1]));
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
 #pragma unroll
   for (int kt = 0; kt < kDim / 16; ++kt) {
-    qa[kt][0] = Lds32(lo + 4 * kt);
-    qa[kt][1] = Lds32(hi + 4 * kt);
-    qa[kt][2] = Lds32(lo + 4 * kt + 2);
-    qa[kt][3] = Lds32(hi + 4 * kt + 2);
+    qa[kt][0] = f16x2(lo + 4 * kt);
+    qa[kt][1] = f16x2(hi + 4 * kt);
+    qa[kt][2] = f16x2(lo + 4 * kt + 2);
+    qa[kt][3] = f16x2(hi + 4 * kt + 2);
   }
 }
 
@@ -246,23 +257,36 @@ __device__ __forceinline__ void TileScoresFp8(float (&sc)[kN8][4],
       const uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
       for (int w = 0; w < 4; ++w) {  // k16 step 4 v + w: dims 0, 1 and 2, 3 of the word
-        MmaBf16(sc[nt], qa[4 * v + w], Fp8CodesToBf16x2(__byte_perm(words[w], 0, 0x1100)),
-                Fp8CodesToBf16x2(__byte_perm(words[w], 0, 0x3322)));
+        MmaF16(sc[nt], qa[4 * v + w], Fp8PairToF16x2(static_cast<uint16_t>(words[w])),
+               Fp8PairToF16x2(static_cast<uint16_t>(words[w] >> 16)));
       }
     }
   }
 }
 
+__device__ __forceinline__ uint32_t PackF16x2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // o += P V over one 16-key tile of FP8 codes (the order above: o's columns are Fp8OutputDim's);
-// P from the scores as in AccumulatePV (the caller applied the keys' V scales to them).
+// P the unnormalised probabilities, v_scales the tile's 16 V scales (shared memory).
 template <int kDim>
 __device__ __forceinline__ void AccumulatePVFp8(float (&o)[kDim / 8][4], const float (&sc)[2][4],
                                                 const unsigned char* codes, int code_ld,
-                                                int lane) {
-  const uint32_t pa[4] = {PackBf16x2(sc[0][0], sc[0][1]), PackBf16x2(sc[0][2], sc[0][3]),
-                          PackBf16x2(sc[1][0], sc[1][1]), PackBf16x2(sc[1][2], sc[1][3])};
+                                                const float* v_scales, int lane) {
+  const uint32_t pa[4] = {PackF16x2(sc[0][0], sc[0][1]), PackF16x2(sc[0][2], sc[0][3]),
+                          PackF16x2(sc[1][0], sc[1][1]), PackF16x2(sc[1][2], sc[1][3])};
   // B rows (keys) 2 q4, 2 q4 + 1 (b0) and 2 q4 + 8, 2 q4 + 9 (b1); column n = lane / 4.
-  const unsigned char* k0 = codes + 2 * (lane % 4) * code_ld + 4 * (lane / 4);
+  const int q4 = lane % 4;
+  const __half2 s0 = __floats2half2_rn(v_scales[2 * q4], v_scales[2 * q4 + 1]);
+  const __half2 s8 = __floats2half2_rn(v_scales[2 * q4 + 8], v_scales[2 * q4 + 9]);
+  const auto dequant = [](uint16_t pair, __half2 scale) {
+    const uint32_t raw = Fp8PairToF16x2(pair);
+    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&raw), scale);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  };
+  const unsigned char* k0 = codes + 2 * q4 * code_ld + 4 * (lane / 4);
   const unsigned char* k8 = k0 + 8 * code_ld;
 #pragma unroll
   for (int c = 0; c < kDim / 32; ++c) {
@@ -271,10 +295,14 @@ __device__ __forceinline__ void AccumulatePVFp8(float (&o)[kDim / 8][4], const f
     const uint32_t w8 = *reinterpret_cast<const uint32_t*>(k8 + 32 * c);
     const uint32_t w9 = *reinterpret_cast<const uint32_t*>(k8 + code_ld + 32 * c);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // byte i of each key row: dim 32 c + 4 n + i
-      const uint32_t select = i | (i << 4) | ((4 + i) << 8) | ((4 + i) << 12);
-      MmaBf16(o[4 * c + i], pa, Fp8CodesToBf16x2(__byte_perm(w0, w1, select)),
-              Fp8CodesToBf16x2(__byte_perm(w8, w9, select)));
+    for (int h = 0; h < 2; ++h) {  // dims 32 c + 4 n + 2 h and + 1: bytes 2 h, 2 h + 1 of a row
+      // The two rows' codes of dim 2 h, then those of dim 2 h + 1.
+      const uint32_t select = h == 0 ? 0x5140 : 0x7362;
+      const uint32_t lo = __byte_perm(w0, w1, select), hi = __byte_perm(w8, w9, select);
+      MmaF16(o[4 * c + 2 * h], pa, dequant(static_cast<uint16_t>(lo), s0),
+             dequant(static_cast<uint16_t>(hi), s8));
+      MmaF16(o[4 * c + 2 * h + 1], pa, dequant(static_cast<uint16_t>(lo >> 16), s0),
+             dequant(static_cast<uint16_t>(hi >> 16), s8));
     }
   }
 }

@@ -44,6 +44,13 @@ __device__ __forceinline__ uint32_t Fp8CodesToBf16x2(uint32_t t) {
   return *reinterpret_cast<const uint32_t*>(&x);
 }
 
+// Two codes of one 16-bit word (low byte first) as exact f16x2 (every E4M3 value, subnormals
+// included, is an f16): one hardware conversion on sm_89+.
+__device__ __forceinline__ uint32_t Fp8PairToF16x2(uint16_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
+  return uint32_t{h.x} | (uint32_t{h.y} << 16);
+}
+
 // Two codes of one 16-bit word (low byte first).
 __device__ __forceinline__ float2 Fp8Pair(uint16_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3)));

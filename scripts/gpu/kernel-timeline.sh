@@ -10,6 +10,8 @@
 # its CSV) and prints a summary by kernel name over the last decode steps
 # (scripts/gpu/timeline_summary.py).
 # Usage: kernel-timeline.sh [qwen3-8b|gpt-oss-20b|...] [batch, default 1]
+# Env: PROMPT_LEN (default 128), GEN_LEN (16), STEPS (4), BENCH_FLAGS, MODEL_DIR, TRACER, TAG
+# (a suffix of the csv's name).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -17,9 +19,10 @@ arch=${1:-gpt-oss-20b}
 batch=${2:-1}
 work=$(mktemp -d)
 model=$(model_of "$arch" "$work" 2>/dev/null) || exit 1  # MODEL_DIR: made earlier in the call
-csv="$OUT/timeline-$arch-b$batch.csv"
-bench=(.bundle/bin/xserv-engine-bench --model "$model" --backend cuda --prompt-len 128
-       --gen-len "${GEN_LEN:-16}" --batch "$batch" --repeats 1 --batch-invariant false ${BENCH_FLAGS:-})
+csv="$OUT/timeline-$arch-b$batch${TAG:+-$TAG}.csv"
+bench=(.bundle/bin/xserv-engine-bench --model "$model" --backend cuda
+       --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-16}" --batch "$batch" --repeats 1
+       --batch-invariant false ${BENCH_FLAGS:-})
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 if [[ -n $nsys ]]; then
   echo "nsys: $nsys"
