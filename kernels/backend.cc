@@ -32,6 +32,12 @@ absl::Status Backend::MatmulSiluMul(const Tensor& x, const Tensor& w, const Tens
   return SiluMul(gate_up.SliceLast(0, inter), gate_up.SliceLast(inter, 2 * inter), act);
 }
 
+absl::Status Backend::SiluMulMatmulFp8(const Tensor& gate, const Tensor& up, const Tensor& act,
+                                       const Fp8Weight& w, const Tensor& out) {
+  RETURN_IF_ERROR(SiluMul(gate, up, act));
+  return MatmulFp8(act, w, nullptr, out);
+}
+
 absl::Status Backend::AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w,
                                        const Tensor* bias, const Tensor& out) {
   if ((w.dense == nullptr) == (w.fp8 == nullptr)) {

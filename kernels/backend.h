@@ -243,6 +243,12 @@ class Backend {
   // those two ops; a backend may skip gate_up (CUDA: SiluMul as the single-row GEMV's epilogue).
   virtual absl::Status MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
                                      const Tensor& act);
+  // A gated MLP's activation and its FP8 down projection: act = silu(gate) * up (SiluMul), then
+  // out = act · w^T (MatmulFp8), equal to those two ops bit for bit, act included (it may be gate
+  // itself); the default runs them. A backend may fuse them (CUDA with fuse_silu_quant: above 8
+  // rows the activation kernel also writes the W8A8 GEMM's activation codes).
+  virtual absl::Status SiluMulMatmulFp8(const Tensor& gate, const Tensor& up, const Tensor& act,
+                                        const Fp8Weight& w, const Tensor& out);
   // GELU, tanh approximation (GPT-2's gelu_new); out may alias x.
   virtual absl::Status GeluTanh(const Tensor& x, const Tensor& out) = 0;
 

@@ -21,6 +21,7 @@ struct KernelChoices {
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
   bool fuse_norm_gemv = true;      // each block's add + RMSNorm in its first FP8 decode GEMV
   bool fuse_norm_quant = false;    // that norm writes the W8A8 activation codes too
+  bool fuse_silu_quant = false;    // the MLP's SiluMul writes the down projection's codes too
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 2 rows
@@ -63,7 +64,14 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
   app.add_option("--fuse-norm-quant", k.fuse_norm_quant,
                  "cuda, experimental, with --fp8-matmuls and --fp8-w8a8: above 8 rows the norm "
                  "ahead of each block's first projection writes the W8A8 activation codes too, "
-                 "instead of the quantiser kernel after it (bit-identical; not yet measured)")
+                 "instead of the quantiser kernel after it (bit-identical; measured no faster "
+                 "in decode, docs/benchmarks session 17)")
+      ->capture_default_str();
+  app.add_option("--fuse-silu-quant", k.fuse_silu_quant,
+                 "cuda, experimental, with --fp8-matmuls and --fp8-w8a8: above 8 rows the MLP's "
+                 "SiluMul writes the down projection's W8A8 activation codes too, instead of the "
+                 "quantiser kernel after it (bit-identical; 1 % at 64 rows, nothing at 256 or "
+                 "served, docs/benchmarks sessions 20-22)")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
@@ -129,6 +137,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_moe_norm = k.fuse_moe_norm,
           .fuse_norm_gemv = k.fuse_norm_gemv && fp8_matmuls,
           .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
+          .fuse_silu_quant = k.fuse_silu_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_gemv_mma = k.fp8_gemv_mma,
           .fp8_gemv_mma_min_rows = k.fp8_gemv_mma_min_rows,

@@ -29,7 +29,8 @@
 
 namespace xserv::kernels::cuda {
 
-struct NormArgs;  // norm.h
+struct NormArgs;     // norm.h
+struct SiluMulRows;  // fp8_quant.h
 
 struct CudaBackendOptions {
   int device = 0;
@@ -78,6 +79,9 @@ struct CudaBackendOptions {
   // the norm kernel also writes the FP8 codes and scales of its output (NormArgs::fp8_codes),
   // bit-identical to the quantiser, which then does not run. Also makes FusesNormIntoMatmul true.
   bool fuse_norm_quant = false;
+  // With fp8_w8a8, above 8 rows: SiluMulMatmulFp8's activation kernel writes the W8A8 GEMM's
+  // activation codes too (fp8_quant.h LaunchSiluMulQuantizeFp8Rows), no quantiser kernel.
+  bool fuse_silu_quant = false;
   // MatmulFp8 above kGemvMaxRows rows as W8A8: the activations quantised per row and 128 columns
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
@@ -159,6 +163,8 @@ class CudaBackend final : public Backend {
   absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   absl::Status MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
                              const Tensor& out) override;
+  absl::Status SiluMulMatmulFp8(const Tensor& gate, const Tensor& up, const Tensor& act,
+                                const Fp8Weight& w, const Tensor& out) override;
   absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
 
   absl::Status RouterTopK(const Tensor& logits, const Tensor& ids, const Tensor& weights) override;
@@ -209,7 +215,8 @@ class CudaBackend final : public Backend {
   absl::Status CheckIndices(const char* op, const char* what, const Tensor& indices,
                             int64_t limit);
   // Which GEMV MatmulFp8 streams `call`'s FP8 weight through (decode rows), with its arguments;
-  // kNone: W8A8 or the decoded weight instead. One decision for MatmulFp8 and AddRmsNormMatmul.
+  // kNone: W8A8 or the decoded weight instead. One decision for MatmulFp8, AddRmsNormMatmul and
+  // SiluMulMatmulFp8.
   struct Fp8DecodeGemv {
     enum Kernel { kNone, kCudaCores, kTensorCores } kernel = kNone;
     GemvArgs args;
@@ -218,8 +225,10 @@ class CudaBackend final : public Backend {
   // MatmulFp8's W8A8 path (fp8_w8a8); Unimplemented when cuBLASLt refuses the shape. With
   // `norm`, whose out is call.x, that norm kernel quantises x as it writes it (instead of the
   // quantiser after it; RmsNormTakesFp8Codes must hold).
+  // The activations quantised by the quantiser kernel, or by the kernel that forms them: the
+  // norm (`norm`) or the MLP's SiluMul (`silu`, act = silu(gate) * up; call.x is act).
   absl::Status MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
-                          const NormArgs* norm = nullptr);
+                          const NormArgs* norm = nullptr, const SiluMulRows* silu = nullptr);
   // check_each_op: the CPU backend's host-side checks of the step's attention metadata.
   absl::Status CheckAttentionMetadata(const Tensor& q, const KvLayer& kv,
                                       const AttentionBatch& batch, int sliding_window);

@@ -20,4 +20,20 @@ cudaError_t LaunchQuantizeFp8Rows(const void* x, int64_t ldx, int64_t rows, int6
                                   uint8_t* codes, float* scales, cudaStream_t stream,
                                   bool pdl = false);
 
+// The MLP's activation rows: act = silu(gate) * up, bf16 [rows, cols] each, row strides ld_*.
+struct SiluMulRows {
+  const void* gate = nullptr;
+  int64_t ld_gate = 0;
+  const void* up = nullptr;
+  int64_t ld_up = 0;
+  void* act = nullptr;  // may be gate itself
+  int64_t ld_act = 0;
+};
+
+// LaunchSiluMul's act (stored, bit for bit as it stores it) and LaunchQuantizeFp8Rows of it, in
+// one kernel.
+cudaError_t LaunchSiluMulQuantizeFp8Rows(const SiluMulRows& in, int64_t rows, int64_t cols,
+                                         uint8_t* codes, float* scales, cudaStream_t stream,
+                                         bool pdl = false);
+
 }  // namespace xserv::kernels::cuda

@@ -237,6 +237,35 @@ absl::Status CudaBackend::MatmulFp8(const Tensor& x, const Fp8Weight& w, const T
   return LaunchedWeights(kOp, cudaGetLastError(), n, k, static_cast<double>(n * k) * 2);
 }
 
+absl::Status CudaBackend::SiluMulMatmulFp8(const Tensor& gate, const Tensor& up,
+                                           const Tensor& act, const Fp8Weight& w,
+                                           const Tensor& out) {
+  constexpr const char* kOp = "SiluMulMatmulFp8";
+  GemmCall call;
+  if (!options_.fuse_silu_quant) return Backend::SiluMulMatmulFp8(gate, up, act, w, out);
+  // Everything checked before the first launch: no half-done op on bad input.
+  for (const Tensor* t : {&gate, &up, &act}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, "operand", *t));
+    RETURN_IF_ERROR(ExpectDType(kOp, "operand", *t, DType::kBF16));
+    RETURN_IF_ERROR(ExpectRank(kOp, "operand", *t, 2));
+    RETURN_IF_ERROR(ExpectRowMajor(kOp, "operand", *t));
+    RETURN_IF_ERROR(ExpectSameShape(kOp, act, *t));
+  }
+  RETURN_IF_ERROR(CheckFp8Matmul(kOp, act, w, nullptr, out, call));
+  // Fused only where MatmulFp8 would quantise act: not for its decode GEMVs, which read act.
+  if (Fp8DecodeGemvFor(call, w).kernel != Fp8DecodeGemv::kNone ||
+      !TakesW8A8(options_, call, w)) {
+    return Backend::SiluMulMatmulFp8(gate, up, act, w, out);
+  }
+  const RowsView g = AsRows(gate), u = AsRows(up), a = AsRows(act);
+  const SiluMulRows rows{.gate = g.data, .ld_gate = g.stride, .up = u.data, .ld_up = u.stride,
+                         .act = a.data, .ld_act = a.stride};
+  TakeL2Prefetch(call);  // dropped: no decode GEMV runs here
+  const absl::Status w8a8 = MatmulW8A8(call, w, nullptr, &rows);
+  if (!absl::IsUnimplemented(w8a8)) return w8a8;
+  return Backend::SiluMulMatmulFp8(gate, up, act, w, out);  // a refused shape: the two ops
+}
+
 absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight& w,
                                            const Tensor* bias, const Tensor& out) {
   constexpr const char* kOp = "AddRmsNormMatmul";
@@ -314,7 +343,7 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
 }
 
 absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
-                                     const NormArgs* norm) {
+                                     const NormArgs* norm, const SiluMulRows* silu) {
   constexpr const char* kOp = "MatmulFp8";
   const int64_t m = call.m, n = call.n, k = call.k;
   // cuBLASLt reads the activation scales with the rows padded to 4: so is the GEMM's m. The pad
@@ -347,6 +376,10 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
     quantizing.fp8_scales = scales;
     quantizing.fp8_scale_stride = m_pad;
     RETURN_IF_ERROR(Launched("AddRmsNorm", LaunchRmsNorm(quantizing, stream_)));
+  } else if (silu != nullptr) {  // the activation kernel writes act and its codes
+    RETURN_IF_ERROR(Launched("SiluMul", LaunchSiluMulQuantizeFp8Rows(
+                                            *silu, m, k, codes, scales, stream_,
+                                            options_.pdl_decode_kernels)));
   } else {
     RETURN_IF_ERROR(Launched("QuantizeFp8Rows",
                              LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales, stream_,

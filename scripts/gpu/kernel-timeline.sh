@@ -11,7 +11,7 @@
 # (scripts/gpu/timeline_summary.py).
 # Usage: kernel-timeline.sh [qwen3-8b|gpt-oss-20b|...] [batch, default 1]
 # Env: PROMPT_LEN (default 128), GEN_LEN (16), STEPS (4), BENCH_FLAGS, MODEL_DIR, TRACER, TAG
-# (a suffix of the csv's name).
+# (a suffix of the csv's name), BENCH_BIN (another engine bench of the bundle, e.g. a base build).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$XSERV_ROOT"
@@ -20,7 +20,7 @@ batch=${2:-1}
 work=$(mktemp -d)
 model=$(model_of "$arch" "$work" 2>/dev/null) || exit 1  # MODEL_DIR: made earlier in the call
 csv="$OUT/timeline-$arch-b$batch${TAG:+-$TAG}.csv"
-bench=(.bundle/bin/xserv-engine-bench --model "$model" --backend cuda
+bench=(".bundle/bin/${BENCH_BIN:-xserv-engine-bench}" --model "$model" --backend cuda
        --prompt-len "${PROMPT_LEN:-128}" --gen-len "${GEN_LEN:-16}" --batch "$batch" --repeats 1
        --batch-invariant false ${BENCH_FLAGS:-})
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)

@@ -634,6 +634,93 @@ TEST_F(CudaOps, AddRmsNormMatmulQuantFusedEqualsTheSeparateOps) {
   }
 }
 
+// SiluMulMatmulFp8 with the activation kernel writing the W8A8 codes (fuse_silu_quant) against
+// SiluMul and then MatmulFp8 (W8A8, the quantiser kernel): act (written over the gate half, as
+// the models do) and the output bit for bit, rows padded and not padded to 4, gate and up as
+// column slices of one gate_up buffer and as odd-aligned (not 8-byte) slices; the op profile
+// shows one SiluMul, the GEMM and no quantiser. 8 rows (the decode GEMVs' count) with such
+// slices, which the GEMVs refuse, go to the W8A8 GEMM too; bad shapes are refused before any
+// launch.
+TEST_F(CudaOps, SiluMulMatmulFp8QuantFusedEqualsTheSeparateOps) {
+  auto two_ops = CudaBackend::Create(CudaBackendOptions{
+      .device = 0, .pdl = true, .pdl_decode_kernels = true, .fp8_w8a8 = true});
+  auto fused = CudaBackend::Create(CudaBackendOptions{.device = 0,
+                                                      .pdl = true,
+                                                      .pdl_decode_kernels = true,
+                                                      .fuse_silu_quant = true,
+                                                      .fp8_w8a8 = true,
+                                                      .profile_ops = true});
+  ASSERT_TRUE(two_ops.ok() && fused.ok());
+  std::mt19937 rng(19);
+  const int64_t n = 512, inter = 1536;
+  std::vector<float> w_values(n * inter);
+  for (float& v : w_values) v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
+  const Fp8Blocks q = QuantizeFp8Blocks(w_values, n, inter, 128);
+  Fp8Weight fp8{.codes = Keep(cuda().Allocate(DType::kU8, {n, inter})),
+                .scales = Upload(q.scale_inv, {n / 128, inter / 128}, DType::kF32).cuda,
+                .block = 128};
+  ASSERT_TRUE(cuda().CopyFromHost(q.codes.data(), fp8.codes).ok());
+  for (const int64_t rows : {int64_t{8}, int64_t{9}, int64_t{64}}) {
+    for (const int64_t offset : {int64_t{0}, int64_t{1}}) {  // 1: 2-byte aligned slices
+      SCOPED_TRACE(::testing::Message() << rows << " rows, offset " << offset);
+      const int64_t width = 2 * inter + 4;  // offset 0: 8-byte rows (the vector kernel)
+      const std::vector<float> gate_up = RandomBf16(rows * width, rng, -6, 6);
+      const auto slices = [&](const Tensor& all) {
+        return std::pair{all.SliceLast(offset, offset + inter),
+                         all.SliceLast(offset + inter, offset + 2 * inter)};
+      };
+      std::vector<float> want_act, want_out;
+      {
+        const Tensor all = Upload(gate_up, {rows, width}).cuda;
+        const auto [gate, up] = slices(all);
+        const Tensor out = Poisoned({rows, n}).cuda;
+        EXPECT_TRUE(cuda().Synchronize().ok());
+        ASSERT_TRUE((*two_ops)->SiluMul(gate, up, gate).ok());
+        ASSERT_TRUE((*two_ops)->MatmulFp8(gate, fp8, nullptr, out).ok());
+        ASSERT_TRUE((*two_ops)->Synchronize().ok());
+        want_act = DownloadCuda(all);
+        want_out = DownloadCuda(out);
+      }
+      const Tensor all = Upload(gate_up, {rows, width}).cuda;
+      const auto [gate, up] = slices(all);
+      const Tensor out = Poisoned({rows, n}).cuda;
+      EXPECT_TRUE(cuda().Synchronize().ok());
+      EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
+      const absl::Status st = (*fused)->SiluMulMatmulFp8(gate, up, gate, fp8, out);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
+      const auto profile = (*fused)->TakeOpProfile();
+      ASSERT_TRUE(profile.ok()) << profile.status();
+      int64_t silu = 0;
+      bool gemm = false, quantiser = false;
+      for (const OpTime& op : *profile) {
+        if (op.op == "SiluMul") silu += op.calls;
+        gemm |= op.op.rfind("MatmulFp8 ", 0) == 0;
+        quantiser |= op.op == "QuantizeFp8Rows";
+      }
+      EXPECT_EQ(silu, 1);
+      EXPECT_TRUE(gemm);
+      EXPECT_EQ(quantiser, false);
+      EXPECT_TRUE(SameBits(want_act, DownloadCuda(all)));
+      const std::vector<float> got_out = DownloadCuda(out);
+      EXPECT_TRUE(SameBits(want_out, got_out));
+      EXPECT_FALSE(std::isnan(got_out[0]));
+    }
+  }
+  // Bad input: up of another shape, an output of the wrong width; nothing launched.
+  const Tensor all = Upload(RandomBf16(16 * 2 * inter, rng), {16, 2 * inter}).cuda;
+  const Tensor gate = all.SliceLast(0, inter);
+  const Tensor out = Poisoned({16, n}).cuda;
+  EXPECT_EQ((*fused)->SiluMulMatmulFp8(gate, all.SliceLast(inter, 2 * inter - 128), gate, fp8,
+                                       out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*fused)->SiluMulMatmulFp8(gate, all.SliceLast(inter, 2 * inter), gate, fp8,
+                                       Poisoned({16, n + 16}).cuda).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::isnan(DownloadCuda(out)[0]));
+  ASSERT_TRUE((*fused)->TakeOpProfile().ok());
+}
+
 // The norm kernel's FP8 codes and scales (NormArgs::fp8_codes) against the quantiser run on its
 // bf16 output, byte for byte: 640 columns (a warp's two half warps in different states at the
 // row's end), 4096, rows with a NaN, an infinity and an all-zero group, and the scale layout

@@ -98,9 +98,7 @@ void PrefetchAfterNextMatmul(Backend& backend, const LinearWeight* w) {
 absl::Status RunLinear(Backend& backend, const Tensor& x, const LinearWeight& w, const Tensor* bias,
                        const Tensor& out) {
   if (w.codes.empty()) return backend.Matmul(x, w.dense.view(), bias, out);
-  return backend.MatmulFp8(
-      x, kernels::Fp8Weight{.codes = w.codes.view(), .scales = w.scales.view(), .block = w.block},
-      bias, out);
+  return backend.MatmulFp8(x, w.fp8(), bias, out);
 }
 
 absl::Status RunNormLinear(Backend& backend, const kernels::PreNorm* norm, const Tensor& x,
@@ -110,8 +108,7 @@ absl::Status RunNormLinear(Backend& backend, const kernels::PreNorm* norm, const
     const Tensor dense = w.dense.view();
     return backend.AddRmsNormMatmul(*norm, kernels::MatmulWeight{.dense = &dense}, bias, out);
   }
-  const kernels::Fp8Weight fp8{.codes = w.codes.view(), .scales = w.scales.view(),
-                               .block = w.block};
+  const kernels::Fp8Weight fp8 = w.fp8();
   return backend.AddRmsNormMatmul(*norm, kernels::MatmulWeight{.fp8 = &fp8}, bias, out);
 }
 
@@ -460,14 +457,21 @@ absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tenso
   // fused into the projection instead).
   const Tensor gate = gate_up.SliceLast(0, inter);
   PrefetchAfterNextMatmul(backend, &w.down);
+  const Tensor up = gate_up.SliceLast(inter, 2 * inter);
+  bool act_done = false;
   if (w.gate_up.codes.empty() && norm == nullptr) {
     RETURN_IF_ERROR(backend.MatmulSiluMul(normed, w.gate_up.dense.view(), gate_up, gate));
+    act_done = true;
   } else {
     RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.gate_up, nullptr, gate_up));
-    RETURN_IF_ERROR(backend.SiluMul(gate, gate_up.SliceLast(inter, 2 * inter), gate));
   }
   PrefetchAfterNextMatmul(backend, after_down);
-  return RunLinear(backend, gate, w.down, nullptr, ws.block_out.view().SliceRows(0, tokens));
+  const Tensor out = ws.block_out.view().SliceRows(0, tokens);
+  if (!act_done && !w.down.codes.empty()) {  // SiluMul and the FP8 down as one op
+    return backend.SiluMulMatmulFp8(gate, up, gate, w.down.fp8(), out);
+  }
+  if (!act_done) RETURN_IF_ERROR(backend.SiluMul(gate, up, gate));
+  return RunLinear(backend, gate, w.down, nullptr, out);
 }
 
 VocabShard VocabShard::Of(const ModelConfig& config, const TpShard& tp) {

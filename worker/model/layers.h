@@ -57,6 +57,10 @@ struct LinearWeight {
 
   bool empty() const { return dense.empty() && codes.empty(); }
   int64_t rows() const { return (dense.empty() ? codes : dense).view().dim(0); }
+  // The FP8 form's views (codes non-empty).
+  kernels::Fp8Weight fp8() const {
+    return {.codes = codes.view(), .scales = scales.view(), .block = block};
+  }
 };
 
 // out = x · w^T (+ bias) through Matmul or MatmulFp8.
