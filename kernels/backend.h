@@ -106,6 +106,9 @@ struct Fp8Weight {
   Tensor codes;   // u8 [N, K]
   Tensor scales;  // f32 [ceil(N / block), ceil(K / block)]
   int64_t block = 128;
+  // Optional, where Backend::WantsFp8RowScales: the same scales once per row,
+  // f32 [ceil(K / block), N] (kernels/fp8.h Fp8RowScales); empty: none. Results do not change.
+  Tensor row_scales;
 };
 
 // A block's pre-norm ahead of its first projection (Backend::AddRmsNormMatmul). What the op
@@ -197,6 +200,9 @@ class Backend {
   // weights and --fuse-norm-gemv (the single-row GEMV does the norm) or --fuse-norm-quant (the
   // norm writes the W8A8 activation codes).
   virtual bool FusesNormIntoMatmul() const { return false; }
+  // Whether FP8 weights should come with Fp8Weight::row_scales (made at load): CUDA's W8A8 GEMM
+  // runs faster at small batches with a scale per weight row (--fp8-w8a8-row-scales-rows).
+  virtual bool WantsFp8RowScales() const { return false; }
   // A hint that `weight` ([N, K] row-major: a dense weight, or an FP8 weight's codes) is the
   // weight of the matmul after the next one (Matmul, MatmulFp8, MatmulSiluMul or
   // AddRmsNormMatmul), with only latency-bound ops between them. A backend may start reading

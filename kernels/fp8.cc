@@ -85,4 +85,14 @@ Fp8Rows QuantizeFp8Rows(std::span<const float> values, int64_t rows, int64_t col
   return out;
 }
 
+std::vector<float> Fp8RowScales(std::span<const float> scale_inv, int64_t rows, int64_t cols,
+                                int64_t block) {
+  const int64_t groups = (cols + block - 1) / block;
+  std::vector<float> out(static_cast<size_t>(groups * rows));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t r = 0; r < rows; ++r) out[g * rows + r] = scale_inv[(r / block) * groups + g];
+  }
+  return out;
+}
+
 }  // namespace xserv::kernels

@@ -26,6 +26,13 @@ Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t
 void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t block,
                          std::span<float> values);
 
+// A weight's block scales (Fp8Blocks::scale_inv, [ceil(rows/b), ceil(cols/b)]) repeated for
+// each of its rows, column-group-major: out[g * rows + r] = scale_inv[r / b, g]. The same values
+// in the layout of a scale per row and b columns (cuBLASLt's VEC128 mode for the weight, which
+// the W8A8 GEMM takes at small batches: kernels/cuda/gemm.h).
+std::vector<float> Fp8RowScales(std::span<const float> scale_inv, int64_t rows, int64_t cols,
+                                int64_t block);
+
 // One group of `values` to E4M3 `codes` (as many): returns the group's scale = amax / 448 in f32
 // (1 where that is 0: an all-zero group, or one whose amax / 448 underflows; not rounded
 // further), codes = E4M3(value / scale), round to nearest even, saturating. The arithmetic of

@@ -24,6 +24,7 @@ struct KernelChoices {
   bool fuse_silu_quant = false;    // the MLP's SiluMul writes the down projection's codes too
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
+  int fp8_w8a8_row_scales_rows = 64;  // ... with per-row weight scales up to this many rows
   bool fp8_gemv_mma = true;        // FP8-weight decode GEMV on tensor cores from 2 rows
   int fp8_gemv_mma_min_rows = 2;   // ... from this many rows (kFp8MmaGemvMinRows)
   bool gemv = true;                // own skinny GEMV for single-row bf16 matmuls
@@ -74,14 +75,22 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "served, docs/benchmarks sessions 20-22)")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
-                 "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family on "
-                 "first use and keep the fastest (not with --batch-invariant; measured no gain "
-                 "on Qwen3-8B shapes, docs/benchmarks)")
+                 "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family "
+                 "(W8A8: per shape) on first use and keep the fastest (not with "
+                 "--batch-invariant; bf16 measured no gain on Qwen3-8B shapes, docs/benchmarks)")
       ->capture_default_str();
   app.add_option("--fp8-w8a8", k.fp8_w8a8,
                  "cuda, experimental, with --fp8-matmuls: steps of more than 8 rows quantise "
                  "their activations to FP8 per row and 128 columns and run cuBLASLt's FP8 "
                  "block-scaled GEMM (W8A8) instead of decoding the weights to bf16")
+      ->capture_default_str();
+  app.add_option("--fp8-w8a8-row-scales-rows", k.fp8_w8a8_row_scales_rows,
+                 "cuda, with --fp8-w8a8: W8A8 GEMMs of at most this many rows give cuBLASLt "
+                 "the weight scales once per row (made at load, 4 bytes per row and 128 "
+                 "columns), whose kernels are faster at small batches (Qwen3-8B on an H200: "
+                 "12-15 % off the step at 16-64 rows, 4 % slower at 128, docs/benchmarks "
+                 "session 23); 0: never")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app.add_option("--fp8-gemv-mma", k.fp8_gemv_mma,
                  "cuda, with --fp8-matmuls: decode steps of --fp8-gemv-mma-min-rows to 8 rows "
@@ -139,6 +148,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
           .fuse_silu_quant = k.fuse_silu_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
+          .fp8_w8a8_row_scales_rows = k.fp8_w8a8_row_scales_rows,
           .fp8_gemv_mma = k.fp8_gemv_mma,
           .fp8_gemv_mma_min_rows = k.fp8_gemv_mma_min_rows,
           .l2_prefetch_bytes = int64_t{k.l2_prefetch_mb} << 20,

@@ -86,6 +86,12 @@ struct CudaBackendOptions {
   // (fp8_quant.h), then cuBLASLt's FP8 block-scaled GEMM (128-blocks only; other shapes and the
   // batch-invariant mode keep decoding the weight to bf16).
   bool fp8_w8a8 = false;
+  // With fp8_w8a8: W8A8 GEMMs of at most this many rows (padded to 4) use the weight's
+  // Fp8Weight::row_scales, which the models then make at load (WantsFp8RowScales); 0: never.
+  // cuBLASLt offers one block-scaled (128 x 128) kernel for these shapes and several per-row
+  // ones; on an H200 the per-row ones took Qwen3-8B's step 12-15 % faster at 16-64 rows and
+  // 4 % slower at 128 (docs/benchmarks session 23).
+  int fp8_w8a8_row_scales_rows = 64;
   // MatmulFp8 at fp8_gemv_mma_min_rows to kGemvMaxRows rows on tensor cores (fp8_gemv_mma.h:
   // codes to bf16 pairs, bf16 x) instead of the CUDA-core GEMV, where it applies (measured faster
   // from 2 rows: kFp8MmaGemvMinRows).
@@ -145,6 +151,10 @@ class CudaBackend final : public Backend {
                                 const Tensor& out) override;
   bool FusesNormIntoMatmul() const override {
     return options_.fuse_norm_gemv || options_.fuse_norm_quant;
+  }
+  bool WantsFp8RowScales() const override {
+    return options_.fp8_w8a8 && !options_.batch_invariant &&
+           options_.fp8_w8a8_row_scales_rows > 0;
   }
   void PrefetchAfterNextMatmul(const Tensor& weight) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;

@@ -156,6 +156,10 @@ __device__ __forceinline__ void OnlineSoftmaxUpdate(float (&sc)[kN8][4], const f
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
+  // Once the rows' maxima settle most tiles change none of them: o times 1 is o, so the warp
+  // skips o's kDim / 2 multiplies per lane (64 at head_dim 128, every tile otherwise).
+  // Must be called by the whole warp (both kernels' tile loops are warp-uniform).
+  if (!__any_sync(kFullMask, correction[0] != 1.0f || correction[1] != 1.0f)) return;
 #pragma unroll
   for (int dt = 0; dt < kDim / 8; ++dt) {
     o[dt][0] *= correction[0];

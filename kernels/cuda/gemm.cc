@@ -1,14 +1,18 @@
 #include "kernels/cuda/gemm.h"
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
+#include "spdlog/spdlog.h"
 
 namespace xserv::kernels::cuda {
 namespace {
@@ -56,6 +60,20 @@ cublasStatus_t SetWorkspaceAndAlignments(cublasLtMatmulPreference_t pref, uint64
     }
   }
   return st;
+}
+
+// An algorithm's id, tile, stages and split-K, for the autotune log line.
+std::string AlgoConfig(const cublasLtMatmulAlgo_t& algo) {
+  int32_t id = 0, tile = 0, stages = 0, split_k = 1;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                       &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                       sizeof(stages), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                       sizeof(split_k), &written);
+  return absl::StrCat("algo ", id, " tile ", tile, " stages ", stages, " splitk ", split_k);
 }
 
 }  // namespace
@@ -177,24 +195,22 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::ChooseAlgo(const GemmCall& c, c
       " n=", c.n, " k=", c.k, " ldx=", c.ldx, " ldw=", c.ldw, " ldo=", c.ldo));
 }
 
-absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& c,
-                                                                const Plan& plan,
-                                                                cudaStream_t stream) {
-  constexpr int kCandidates = 8, kRuns = 3;
-  ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
-                   Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kCandidates));
-  if (results.empty()) return ChooseAlgo(c, plan, /*no_split_k=*/false);  // its error message
+absl::StatusOr<int> GemmRunner::FastestOf(
+    const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results, const void* w,
+    const void* x, void* out, cudaStream_t stream, absl::string_view label) {
+  constexpr int kRuns = 3;
   cudaEvent_t start = nullptr, stop = nullptr;
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&start));
   if (const cudaError_t err = cudaEventCreate(&stop); err != cudaSuccess) {
     cudaEventDestroy(start);
     RETURN_IF_CUDA_ERROR(err);
   }
-  size_t best = 0;
-  float best_ms = -1.0f;
+  int best = -1;
+  float best_ms = 0.0f;
   absl::Status status;
+  std::vector<std::string> timings;  // for the log line
   for (size_t i = 0; i < results.size() && status.ok(); ++i) {
-    auto run = [&] { return Launch(plan, results[i].algo, c.w, c.x, c.out, stream); };
+    auto run = [&] { return Launch(plan, results[i].algo, w, x, out, stream); };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run is skipped
     cudaEventRecord(start, stream);
     for (int r = 0; r < kRuns; ++r) run();
@@ -206,13 +222,28 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& 
       break;
     }
     cudaEventElapsedTime(&ms, start, stop);
-    if (best_ms < 0.0f || ms < best_ms) best = i, best_ms = ms;
+    if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
+    timings.push_back(absl::StrCat("#", i, " ", AlgoConfig(results[i].algo), " ",
+                                   absl::SixDigits(1e3 * ms / kRuns), " us"));
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   RETURN_IF_ERROR(status);
-  if (best_ms < 0.0f) return ChooseAlgo(c, plan, /*no_split_k=*/false);  // none could run
-  return results[best].algo;
+  spdlog::info("GEMM autotune {}: {}", std::string(label), absl::StrJoin(timings, ", "));
+  return best;
+}
+
+absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& c,
+                                                                const Plan& plan,
+                                                                cudaStream_t stream) {
+  constexpr int kCandidates = 8;
+  ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+                   Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kCandidates));
+  ASSIGN_OR_RETURN(const int best,
+                   FastestOf(plan, results, c.w, c.x, c.out, stream,
+                             absl::StrCat("bf16 m=", c.m, " n=", c.n, " k=", c.k)));
+  if (best < 0) return ChooseAlgo(c, plan, /*no_split_k=*/false);  // its error message
+  return results[static_cast<size_t>(best)].algo;
 }
 
 absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TunedAlgo(const GemmCall& c, const Key& key,
@@ -354,15 +385,17 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
                                                  "algorithm for m=", c.m, " n=", c.n, " k=",
                                                  c.k));
   };
-  const auto key = std::make_tuple(c.m, c.n, c.k, c.ldo, Alignment(c.out));
+  const Fp8Key key{c.m, c.n, c.k, c.ldo, Alignment(c.out), c.w_row_scales};
   auto it = fp8_plans_.find(key);
   const bool fresh = it == fp8_plans_.end();
   if (fresh) {
     auto plan = std::make_unique<Plan>();
     RETURN_IF_LT_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-    // The weights (A) carry 128 x 128 block scales, the activations (B) one per 128 columns.
-    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    // The weights (A) carry 128 x 128 block scales (or the same per row), the activations (B)
+    // one per row and 128 columns.
+    const int32_t a_mode = c.w_row_scales ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                          : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
                                                       &transa, sizeof(transa)));
@@ -391,12 +424,27 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
   RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
   if (fresh) {
-    const auto candidates = Candidates(*plan, c.w, c.x, c.out, /*no_split_k=*/false, 1);
+    // autotune: the top candidates timed on this call's buffers, outside a graph capture.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
+    const bool time = options_.autotune && capture == cudaStreamCaptureStatusNone;
+    const auto candidates = Candidates(*plan, c.w, c.x, c.out, /*no_split_k=*/false, time ? 8 : 1);
     if (!candidates.ok() || candidates->empty()) {
       it->second.reset();  // remembered as refused
       return refused();
     }
-    plan->algo = candidates->front().algo;
+    int best = 0;
+    if (time) {
+      const absl::StatusOr<int> fastest =
+          FastestOf(*plan, *candidates, c.w, c.x, c.out, stream,
+                    absl::StrCat("W8A8 m=", c.m, " n=", c.n, " k=", c.k));
+      if (!fastest.ok() || *fastest < 0) {  // none ran: refused, as a failed launch below is
+        it->second.reset();
+        return fastest.ok() ? refused() : fastest.status();
+      }
+      best = *fastest;
+    }
+    plan->algo = (*candidates)[static_cast<size_t>(best)].algo;
   }
   if (const cublasStatus_t st = Launch(*plan, plan->algo, c.w, c.x, c.out, stream);
       st != CUBLAS_STATUS_SUCCESS) {
@@ -410,7 +458,7 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
 }
 
 bool GemmRunner::Fp8Refused(const Fp8GemmCall& c) const {
-  const auto it = fp8_plans_.find(std::make_tuple(c.m, c.n, c.k, c.ldo, Alignment(c.out)));
+  const auto it = fp8_plans_.find(Fp8Key{c.m, c.n, c.k, c.ldo, Alignment(c.out), c.w_row_scales});
   return it != fp8_plans_.end() && it->second == nullptr;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/kernel_types.h"
 
@@ -60,6 +61,10 @@ struct GemmCall {
 struct Fp8GemmCall {
   const void* w = nullptr;
   const float* w_scales = nullptr;
+  // w_scales holds one scale per row and 128 columns instead, [k / 128, n] with the rows
+  // contiguous (kernels/fp8.h Fp8RowScales; cuBLASLt's VEC128 mode for A): the same values, and
+  // other kernels, faster at small m on an H200 (docs/benchmarks session 23).
+  bool w_row_scales = false;
   const void* x = nullptr;
   const float* x_scales = nullptr;
   void* out = nullptr;  // bf16, row stride ldo
@@ -93,7 +98,8 @@ struct GemmOptions {
   // Time the heuristic's top candidates on the call's own buffers the first time a shape family
   // (n, k, layout; m by power-of-two bucket) is seen outside a graph capture, and keep the
   // fastest (cuBLASLt's first pick is a model, not a measurement). Never in batch-invariant
-  // mode. The choice can differ between runs (timing noise), so bits may too.
+  // mode. The choice can differ between runs (timing noise), so bits may too. RunFp8 (W8A8)
+  // times its candidates likewise, per exact shape.
   bool autotune = false;
 };
 
@@ -145,6 +151,13 @@ class GemmRunner {
   // autotune: the fastest of the candidates, timed on `call`'s buffers (which it overwrites).
   absl::StatusOr<cublasLtMatmulAlgo_t> TimeCandidates(const GemmCall& call, const Plan& plan,
                                                      cudaStream_t stream);
+  // The index of the fastest of `results` over a few launches each on these buffers (out is
+  // overwritten); -1 when none could run. Not during a graph capture. Logs the timings, with
+  // `label` naming the shape.
+  absl::StatusOr<int> FastestOf(const Plan& plan,
+                                const std::vector<cublasLtMatmulHeuristicResult_t>& results,
+                                const void* w, const void* x, void* out, cudaStream_t stream,
+                                absl::string_view label);
 
   GemmOptions options_;
   cublasLtHandle_t handle_ = nullptr;
@@ -152,8 +165,10 @@ class GemmRunner {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
   std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket
-  // RunFp8's plans by (m, n, k, ldo, output alignment); null: cuBLASLt refused the shape.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> fp8_plans_;
+  // RunFp8's plans by (m, n, k, ldo, output alignment, w_row_scales); null: cuBLASLt refused
+  // the shape.
+  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool>;
+  std::map<Fp8Key, std::unique_ptr<Plan>> fp8_plans_;
 };
 
 }  // namespace xserv::kernels::cuda

@@ -287,11 +287,21 @@ TEST_F(CudaOps, MatmulWithAutotuneMatchesCpu) {
 // block-scaled GEMM. Against the same arithmetic on the host (kernels::QuantizeFp8Rows of the
 // bf16 x, the weight decoded exactly, a double-accumulated GEMM) within bf16 output tolerance --
 // a wrong scale layout is far off -- and against the W8A16 CPU reference within FP8's
-// activation error; row counts not a multiple of 4 (padded inside), with and without a bias.
+// activation error; row counts not a multiple of 4 (padded inside), with and without a bias;
+// with the heuristic's first algorithm, with the timed one (gemm_autotune), and with the weight
+// scales once per row (fp8_w8a8_row_scales_rows: cuBLASLt's VEC128 mode for the weight; a
+// wrong layout of those reads other blocks' scales, which differ here by powers of two).
 TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
   auto w8a8 = CudaBackend::Create(
       CudaBackendOptions{.device = 0, .check_each_op = true, .fp8_w8a8 = true});
   ASSERT_TRUE(w8a8.ok()) << w8a8.status();
+  auto tuned = CudaBackend::Create(CudaBackendOptions{
+      .device = 0, .check_each_op = true, .gemm_autotune = true, .fp8_w8a8 = true});
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  auto per_row = CudaBackend::Create(CudaBackendOptions{
+      .device = 0, .check_each_op = true, .fp8_w8a8 = true, .fp8_w8a8_row_scales_rows = 1024});
+  ASSERT_TRUE(per_row.ok()) << per_row.status();
+  ASSERT_TRUE((*per_row)->WantsFp8RowScales());
   std::mt19937 rng(21);
   const GemmShape shapes[] = {{9, 256, 512}, {64, 384, 1024}, {130, 256, 512}, {16, 128, 512}};
   for (const GemmShape s : shapes) {
@@ -320,6 +330,8 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
     };
     const Buffer codes_cuda = upload_u8(**w8a8, q.codes), codes_cpu = upload_u8(cpu(), q.codes);
     const Twin scales = Upload(q.scale_inv, {scale_rows, scale_cols}, DType::kF32);
+    const Twin row_scales = Upload(Fp8RowScales(q.scale_inv, s.n, s.k, 128), {scale_cols, s.n},
+                                   DType::kF32);
     const Twin bias = Upload(RandomBf16(s.n, rng), {s.n});
     // The device quantiser gives exactly the host reference's codes and scales (its scales
     // group-major with the rows padded to 4).
@@ -343,13 +355,18 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
         }
       }
     }
-    for (const bool with_bias : {false, true}) {
+    for (const bool with_bias : {false, true})
+    for (CudaBackend* backend : {w8a8->get(), tuned->get(), per_row->get()}) {
+      SCOPED_TRACE(backend == tuned->get() ? "autotune"
+                   : backend == per_row->get() ? "row scales" : "heuristic");
       const Twin out = Poisoned({s.m, s.n});
       ASSERT_TRUE(cuda().Synchronize().ok());
-      const absl::Status run = (*w8a8)->MatmulFp8(x.cuda, {codes_cuda.view(), scales.cuda, 128},
-                                                  with_bias ? &bias.cuda : nullptr, out.cuda);
+      Fp8Weight weight{.codes = codes_cuda.view(), .scales = scales.cuda, .block = 128};
+      if (backend == per_row->get()) weight.row_scales = row_scales.cuda;
+      const absl::Status run =
+          backend->MatmulFp8(x.cuda, weight, with_bias ? &bias.cuda : nullptr, out.cuda);
       ASSERT_TRUE(run.ok()) << run;
-      ASSERT_TRUE((*w8a8)->Synchronize().ok());
+      ASSERT_TRUE(backend->Synchronize().ok());
       // The host emulation.
       const Fp8Rows xq = QuantizeFp8Rows(x_host, s.m, s.k, 128);
       std::vector<float> w_dq(s.n * s.k);
@@ -373,6 +390,24 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
                                   with_bias ? &bias.cpu : nullptr, out.cpu)
                       .ok());
       EXPECT_LE(Error(out), 6e-2);
+    }
+    // The per-row scales are what that backend read: doubled, they double every output (exact:
+    // a power of two).
+    std::vector<float> doubled = Fp8RowScales(q.scale_inv, s.n, s.k, 128);
+    for (float& v : doubled) v *= 2.0f;
+    const Twin twice = Upload(doubled, {scale_cols, s.n}, DType::kF32);
+    const Twin once_out = Poisoned({s.m, s.n}), twice_out = Poisoned({s.m, s.n});
+    ASSERT_TRUE(cuda().Synchronize().ok());
+    Fp8Weight weight{.codes = codes_cuda.view(), .scales = scales.cuda, .block = 128,
+                     .row_scales = row_scales.cuda};
+    ASSERT_TRUE((*per_row)->MatmulFp8(x.cuda, weight, nullptr, once_out.cuda).ok());
+    weight.row_scales = twice.cuda;
+    ASSERT_TRUE((*per_row)->MatmulFp8(x.cuda, weight, nullptr, twice_out.cuda).ok());
+    ASSERT_TRUE((*per_row)->Synchronize().ok());
+    const std::vector<float> once_values = DownloadCuda(once_out.cuda);
+    const std::vector<float> twice_values = DownloadCuda(twice_out.cuda);
+    for (size_t i = 0; i < once_values.size(); ++i) {
+      ASSERT_EQ(twice_values[i], 2.0f * once_values[i]) << i;
     }
   }
 }

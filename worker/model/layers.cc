@@ -84,6 +84,11 @@ LinearWeight UploadFp8(Backend& backend, const WeightLoader::Fp8HostWeight& w,
   out.scales = UploadHost(backend, kernels::DType::kF32, w.scales,
                           {(w.rows + b - 1) / b, (w.cols + b - 1) / b}, status);
   out.block = b;
+  if (backend.WantsFp8RowScales()) {
+    out.row_scales = UploadHost(backend, kernels::DType::kF32,
+                                kernels::Fp8RowScales(w.scales, w.rows, w.cols, b),
+                                {(w.cols + b - 1) / b, w.rows}, status);
+  }
   return out;
 }
 

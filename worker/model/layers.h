@@ -54,12 +54,16 @@ struct LinearWeight {
   Buffer dense;
   Buffer codes, scales;  // instead of dense: u8 [N, K], f32 [ceil(N / block), ceil(K / block)]
   int64_t block = 0;
+  Buffer row_scales;  // Fp8Weight::row_scales, where the backend wants them
 
   bool empty() const { return dense.empty() && codes.empty(); }
   int64_t rows() const { return (dense.empty() ? codes : dense).view().dim(0); }
   // The FP8 form's views (codes non-empty).
   kernels::Fp8Weight fp8() const {
-    return {.codes = codes.view(), .scales = scales.view(), .block = block};
+    return {.codes = codes.view(),
+            .scales = scales.view(),
+            .block = block,
+            .row_scales = row_scales.empty() ? kernels::Tensor{} : row_scales.view()};
   }
 };
 

@@ -220,6 +220,26 @@ TEST(Fp8Quantiser, RowGroupScalesAndRoundTrip) {
   }
 }
 
+// The per-row layout of a weight's block scales: each row's scale for each column group is its
+// block's, rows contiguous within a group; partial last blocks in both directions.
+TEST(Fp8Quantiser, RowScalesRepeatEachBlockScalePerRow) {
+  constexpr int64_t kRows = 5, kCols = 7, kBlock = 2;  // 3 x 4 blocks
+  std::vector<float> values(kRows * kCols);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::ldexp(1.0f, static_cast<int>(i % 11));
+  const kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(values, kRows, kCols, kBlock);
+  ASSERT_EQ(q.scale_inv.size(), 3u * 4u);
+  const std::vector<float> rows = kernels::Fp8RowScales(q.scale_inv, kRows, kCols, kBlock);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(4 * kRows));
+  for (int64_t g = 0; g < 4; ++g) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      EXPECT_EQ(rows[g * kRows + r], q.scale_inv[(r / kBlock) * 4 + g]) << r << "," << g;
+    }
+  }
+  // Distinct blocks give distinct entries: a transposed or block-major layout would differ.
+  EXPECT_NE(rows[0 * kRows + 0], rows[1 * kRows + 0]);
+  EXPECT_NE(rows[0 * kRows + 0], rows[0 * kRows + 2]);
+}
+
 TEST(Fp8Weights, MisshapenScalesAreALoadError) {
   const Fp8Checkpoint ckpt = Write("fp8_bad");
   kernels::cpu::CpuBackend backend(kernels::cpu::CpuBackendOptions{});
