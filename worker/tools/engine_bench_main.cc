@@ -36,6 +36,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #if XSERV_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemv.h"
 #endif
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -73,6 +74,7 @@ struct BenchConfig {
   xserv::worker::KernelChoices kernels;
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
   double peak_bf16_tflop_s = 790;   // read bandwidth and bf16 GEMM rate
+  double peak_fp8_tflop_s = 1580;   // FP8 tensor cores (W8A8): twice bf16, not measured
 };
 
 struct BatchResult {
@@ -186,15 +188,20 @@ Json FamilyRoofline(const char* family, const xserv::tools::FamilyCost& cost,
                     const xserv::tools::DevicePeaks& peaks, double measured_us) {
   const double bound_us = xserv::tools::RooflineUs(cost, peaks);
   const double fraction = xserv::tools::RooflineFraction(cost, peaks, measured_us);
-  std::printf("    roofline %-9s %8.3f GB %9.3f TFLOP: bound %8.1f us, measured %8.1f us (%.0f%%)\n",
-              family, cost.bytes / 1e9, cost.flops / 1e12, bound_us, measured_us, 100 * fraction);
-  return Json{{"gb", cost.bytes / 1e9},
-              {"tflop", cost.flops / 1e12},
-              {"bound_us", bound_us},
-              {"measured_us", measured_us},
-              {"fraction_of_roofline", fraction},
-              {"gb_s", measured_us > 0 ? cost.bytes / (measured_us * 1e3) : 0.0},
-              {"tflop_s", measured_us > 0 ? cost.flops / (measured_us * 1e6) : 0.0}};
+  const double flops = cost.flops + cost.fp8_flops;  // "tflop": all of them, as before FP8
+  std::printf("    roofline %-9s %8.3f GB %9.3f TFLOP", family, cost.bytes / 1e9, flops / 1e12);
+  if (cost.fp8_flops > 0) std::printf(" (%.3f FP8)", cost.fp8_flops / 1e12);
+  std::printf(": bound %8.1f us, measured %8.1f us (%.0f%%)\n", bound_us, measured_us,
+              100 * fraction);
+  Json out{{"gb", cost.bytes / 1e9},
+           {"tflop", flops / 1e12},
+           {"bound_us", bound_us},
+           {"measured_us", measured_us},
+           {"fraction_of_roofline", fraction},
+           {"gb_s", measured_us > 0 ? cost.bytes / (measured_us * 1e3) : 0.0},
+           {"tflop_s", measured_us > 0 ? flops / (measured_us * 1e6) : 0.0}};
+  if (cost.fp8_flops > 0) out["fp8_tflop"] = cost.fp8_flops / 1e12;
+  return out;
 }
 
 // One phase's profile: per-op GPU time per step and the host's queueing time per step.
@@ -235,9 +242,13 @@ absl::StatusOr<Json> PhaseProfile(xserv::kernels::cuda::CudaBackend& cuda, Runne
   Json out{{"gpu_us_per_step", gpu_us}, {"host_enqueue_us_per_step", enqueue_us}, {"ops", rows}};
   if (shape != nullptr) {
     const xserv::tools::DevicePeaks peaks{.read_gb_s = cfg.peak_read_gb_s,
-                                          .bf16_tflop_s = cfg.peak_bf16_tflop_s};
+                                          .bf16_tflop_s = cfg.peak_bf16_tflop_s,
+                                          .fp8_tflop_s = cfg.peak_fp8_tflop_s};
     out["roofline"] = Json{
-        {"peaks", {{"read_gb_s", peaks.read_gb_s}, {"bf16_tflop_s", peaks.bf16_tflop_s}}},
+        {"peaks",
+         {{"read_gb_s", peaks.read_gb_s},
+          {"bf16_tflop_s", peaks.bf16_tflop_s},
+          {"fp8_tflop_s", peaks.fp8_tflop_s}}},
         {"matmul", FamilyRoofline("matmul", xserv::tools::MatmulCost(c, *shape), peaks,
                                   matmul_us)},
         {"attention", FamilyRoofline("attention", xserv::tools::AttentionCost(c, *shape), peaks,
@@ -276,6 +287,11 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   const bool fp8_linears =
       cfg.fp8_matmuls && (cfg.quantize_fp8 || c.quantization.method == xserv::QuantMethod::kFp8);
   const double bytes_per_weight = fp8_linears ? 1.0 : 2.0;
+  // With --fp8-w8a8 the linears of more than the GEMV's rows multiply FP8 activations on FP8
+  // tensor cores (fewer rows stream the weights through the decode GEMVs).
+  const auto fp8_math = [&](int64_t rows) {
+    return fp8_linears && cfg.kernels.fp8_w8a8 && rows > xserv::kernels::cuda::kGemvMaxRows;
+  };
   // Quantised on load, the experts are kept FP8 with --fp8-matmuls and decoded to bf16 without;
   // otherwise an MXFP4 checkpoint's stay MXFP4 and dense ones bf16.
   const double expert_bytes = cfg.quantize_fp8 ? bytes_per_weight
@@ -285,6 +301,8 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
                                                .new_tokens = cfg.prompt_len,
                                                .logits_rows = batch,
                                                .linear_bytes_per_weight = bytes_per_weight,
+                                               .linear_fp8_math =
+                                                   fp8_math(int64_t{batch} * cfg.prompt_len),
                                                .expert_bytes_per_weight = expert_bytes,
                                                .fp8_kv_cache = cfg.fp8_kv_cache};
   const xserv::tools::PhaseShape decode_shape{
@@ -293,6 +311,7 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
       .context = cfg.prompt_len + (cfg.gen_len - 1) / 2.0,
       .logits_rows = batch,
       .linear_bytes_per_weight = bytes_per_weight,
+      .linear_fp8_math = fp8_math(batch),
       .expert_bytes_per_weight = expert_bytes,
       .fp8_kv_cache = cfg.fp8_kv_cache};
   ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
@@ -374,6 +393,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"fp8_gemv_mma_min_rows", cfg.kernels.fp8_gemv_mma_min_rows},
         {"peak_read_gb_s", cfg.peak_read_gb_s},
         {"peak_bf16_tflop_s", cfg.peak_bf16_tflop_s},
+        {"peak_fp8_tflop_s", cfg.peak_fp8_tflop_s},
         {"cuda_graphs", cfg.cuda_graphs && !cfg.profile_ops},
         {"batches", cfg.batches}}},
       {"metrics", std::move(metrics)}};
@@ -507,6 +527,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--profile-ops", cfg.profile_ops,
                "cuda: one more run per batch size timing every op on the GPU (see the header)");
+  app.add_option("--peak-fp8-tflops", cfg.peak_fp8_tflop_s,
+                 "--profile-ops roofline: the device's FP8 tensor-core rate (W8A8), TFLOP/s")
+      ->capture_default_str();
   app.add_option("--peak-read-gbs", cfg.peak_read_gb_s,
                  "--profile-ops roofline: the device's read bandwidth, GB/s")
       ->capture_default_str();

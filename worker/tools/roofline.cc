@@ -22,8 +22,9 @@ FamilyCost MatmulCost(const ModelConfig& c, const PhaseShape& s) {
   const double rows = static_cast<double>(s.batch * s.new_tokens);
   FamilyCost cost;
   cost.bytes = DecoderLinearParams(c) * s.linear_bytes_per_weight + LmHeadParams(c) * 2.0;
-  cost.flops = 2.0 * (rows * DecoderLinearParams(c) +
-                      static_cast<double>(s.logits_rows) * LmHeadParams(c));
+  const double linear_flops = 2.0 * rows * DecoderLinearParams(c);
+  cost.flops = 2.0 * static_cast<double>(s.logits_rows) * LmHeadParams(c);
+  (s.linear_fp8_math ? cost.fp8_flops : cost.flops) += linear_flops;
   return cost;
 }
 
@@ -66,7 +67,8 @@ FamilyCost ExpertsCost(const ModelConfig& c, const PhaseShape& s) {
 
 double RooflineUs(const FamilyCost& cost, const DevicePeaks& peaks) {
   const double read_us = cost.bytes / (peaks.read_gb_s * 1e9) * 1e6;
-  const double math_us = cost.flops / (peaks.bf16_tflop_s * 1e12) * 1e6;
+  const double math_us = cost.flops / (peaks.bf16_tflop_s * 1e12) * 1e6 +
+                         cost.fp8_flops / (peaks.fp8_tflop_s * 1e12) * 1e6;
   return std::max(read_us, math_us);
 }
 

@@ -13,10 +13,12 @@
 
 namespace xserv::tools {
 
-// Measured ceilings of one H200 (../shared/GPU.md): pure read bandwidth and bf16 GEMM rate.
+// Ceilings of one H200: pure read bandwidth and bf16 GEMM rate as measured (../shared/GPU.md),
+// and the FP8 tensor-core rate taken as twice the bf16 one (the datasheet's ratio; not measured).
 struct DevicePeaks {
   double read_gb_s = 4220;
   double bf16_tflop_s = 790;
+  double fp8_tflop_s = 1580;
 };
 
 // One profiled phase of the bench: `batch` sequences each computing `new_tokens` rows per step
@@ -27,6 +29,9 @@ struct PhaseShape {
   double context = 0;
   int64_t logits_rows = 1;
   double linear_bytes_per_weight = 2;  // bf16; 1 for FP8 weights kept FP8
+  // The decoder linears multiply on FP8 tensor cores (W8A8: --fp8-w8a8 above the GEMV's rows);
+  // the lm_head stays bf16.
+  bool linear_fp8_math = false;
   // MoE experts: 2 for bf16, 17 / 32 for MXFP4 (4-bit values, one scale byte per 32), 1 for FP8
   // (its 128 x 128 block scales add 4 bytes per 16,384 weights, left out).
   double expert_bytes_per_weight = 2;
@@ -36,8 +41,9 @@ struct PhaseShape {
 };
 
 struct FamilyCost {
-  double bytes = 0;  // at least this much is read from HBM
-  double flops = 0;
+  double bytes = 0;      // at least this much is read from HBM
+  double flops = 0;      // at the bf16 rate
+  double fp8_flops = 0;  // at the FP8 rate
 };
 
 // The decoder linears' weights (q, k, v, o, and the MLP or, for MoE, the router) and the lm_head

@@ -42,6 +42,29 @@ TEST(Roofline, MatmulBytesAndFlopsOfAQwen3DecodeStep) {
   EXPECT_EQ(RooflineFraction(prefill, DevicePeaks{}, 0.0), 0.0);
 }
 
+// W8A8 (FP8 activations and weights on FP8 tensor cores): the linears' flops count at the FP8
+// rate, the bf16 lm_head's at the bf16 rate; a 256-row step is then bound by the sum of both.
+TEST(Roofline, W8A8LinearsCountAtTheFp8Rate) {
+  const ModelConfig c = Qwen3_8B();
+  const FamilyCost w8a8 = MatmulCost(c, PhaseShape{.batch = 256,
+                                                   .logits_rows = 256,
+                                                   .linear_bytes_per_weight = 1,
+                                                   .linear_fp8_math = true});
+  EXPECT_DOUBLE_EQ(w8a8.fp8_flops, 2.0 * 256 * 6945767424.0);
+  EXPECT_DOUBLE_EQ(w8a8.flops, 2.0 * 256 * 622329856.0);
+  const DevicePeaks peaks;
+  EXPECT_EQ(peaks.fp8_tflop_s, 2 * peaks.bf16_tflop_s);
+  // 3.556 TFLOP at 1,580 plus 0.319 at 790: 2,654 us, above the 8.19 GB read (1,941 us).
+  EXPECT_NEAR(RooflineUs(w8a8, peaks),
+              w8a8.fp8_flops / 1580e12 * 1e6 + w8a8.flops / 790e12 * 1e6, 1e-6);
+  EXPECT_NEAR(RooflineUs(w8a8, peaks), 2654.1, 1.0);
+  // Without FP8 math the same step is bound at the bf16 rate alone.
+  const FamilyCost bf16_math =
+      MatmulCost(c, PhaseShape{.batch = 256, .logits_rows = 256, .linear_bytes_per_weight = 1});
+  EXPECT_EQ(bf16_math.fp8_flops, 0.0);
+  EXPECT_NEAR(RooflineUs(bf16_math, peaks), bf16_math.flops / 790e12 * 1e6, 1e-6);
+}
+
 TEST(Roofline, AttentionReadsTheCacheAndCountsCausalPairs) {
   const ModelConfig c = Qwen3_8B();
   // Decode: 64 sequences, 160 cached tokens each; K and V rows of 8 x 128 bf16 per layer.
