@@ -366,19 +366,27 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
   if (m_pad != m) RETURN_IF_ERROR(Reserve(fp8_out_, static_cast<size_t>(m_pad * n) * 2));
   auto* codes = static_cast<uint8_t*>(fp8_act_.view().data);
   auto* scales = static_cast<float*>(fp8_act_scales_.view().data);
-  // Small batches run faster with a scale per weight row (fp8_w8a8_row_scales_rows).
-  const bool row_scales =
-      w.row_scales.data != nullptr && m_pad <= options_.fp8_w8a8_row_scales_rows;
-  const Fp8GemmCall gemm{.w = w.codes.data,
-                         .w_scales = (row_scales ? w.row_scales : w.scales).as<float>(),
-                         .w_row_scales = row_scales,
-                         .x = codes,
-                         .x_scales = scales,
-                         .out = m_pad != m ? fp8_out_.view().data : call.out,
-                         .ldo = m_pad != m ? n : call.ldo,
-                         .m = m_pad,
-                         .n = n,
-                         .k = k};
+  Fp8GemmCall gemm{.w = w.codes.data,
+                   .w_scales = w.scales.as<float>(),
+                   .x = codes,
+                   .x_scales = scales,
+                   .out = m_pad != m ? fp8_out_.view().data : call.out,
+                   .ldo = m_pad != m ? n : call.ldo,
+                   .m = m_pad,
+                   .n = n,
+                   .k = k};
+  // Small batches run faster with a scale per weight row (fp8_w8a8_row_scales_rows), where
+  // cuBLASLt has not refused that form of the shape; the block scales remain the fallback.
+  const auto with_block_scales = [&w](Fp8GemmCall c) {
+    c.w_scales = w.scales.as<float>();
+    c.w_row_scales = false;
+    return c;
+  };
+  if (w.row_scales.data != nullptr && m_pad <= options_.fp8_w8a8_row_scales_rows) {
+    gemm.w_scales = w.row_scales.as<float>();
+    gemm.w_row_scales = true;
+    if (gemm_->Fp8Refused(gemm)) gemm = with_block_scales(gemm);
+  }
   // A shape cuBLASLt refused before costs no quantisation now.
   if (gemm_->Fp8Refused(gemm)) {
     return absl::UnimplementedError(absl::StrCat("MatmulFp8: W8A8 refused for m=", m_pad,
@@ -399,7 +407,12 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
                              LaunchQuantizeFp8Rows(call.x, call.ldx, m, k, codes, scales, stream_,
                                                    options_.pdl_decode_kernels)));
   }
-  RETURN_IF_ERROR(gemm_->RunFp8(gemm, stream_));
+  absl::Status ran = gemm_->RunFp8(gemm, stream_);
+  if (absl::IsUnimplemented(ran) && gemm.w_row_scales) {  // refused now: nothing ran
+    gemm = with_block_scales(gemm);
+    ran = gemm_->RunFp8(gemm, stream_);
+  }
+  RETURN_IF_ERROR(ran);
   if (gemm.out != call.out) {
     RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(call.out, static_cast<size_t>(call.ldo) * 2, gemm.out,
                                            static_cast<size_t>(n) * 2, static_cast<size_t>(n) * 2,
