@@ -62,6 +62,17 @@ cublasStatus_t SetWorkspaceAndAlignments(cublasLtMatmulPreference_t pref, uint64
   return st;
 }
 
+// autotune: how many of the heuristic's candidates are timed.
+constexpr int kAutotuneCandidates = 8;
+
+// Whether `stream` is being captured into a graph, which records launches instead of running
+// them: no timing there.
+absl::StatusOr<bool> Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 // An algorithm's id, tile, stages and split-K, for the autotune log line.
 std::string AlgoConfig(const cublasLtMatmulAlgo_t& algo) {
   int32_t id = 0, tile = 0, stages = 0, split_k = 1;
@@ -236,9 +247,8 @@ absl::StatusOr<int> GemmRunner::FastestOf(
 absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& c,
                                                                 const Plan& plan,
                                                                 cudaStream_t stream) {
-  constexpr int kCandidates = 8;
   ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
-                   Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kCandidates));
+                   Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kAutotuneCandidates));
   ASSIGN_OR_RETURN(const int best,
                    FastestOf(plan, results, c.w, c.x, c.out, stream,
                              absl::StrCat("bf16 m=", c.m, " n=", c.n, " k=", c.k)));
@@ -259,10 +269,8 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TunedAlgo(const GemmCall& c, co
     if (AlgoFits(plan, it->second)) return it->second;
     return ChooseAlgo(c, plan, /*no_split_k=*/false);
   }
-  // A capture records launches instead of running them: no timing there.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return ChooseAlgo(c, plan, /*no_split_k=*/false);
+  ASSIGN_OR_RETURN(const bool capturing, Capturing(stream));
+  if (capturing) return ChooseAlgo(c, plan, /*no_split_k=*/false);
   if (epilogue_bias) {  // the candidates run with the call's bias, as Run will
     RETURN_IF_LT_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &c.bias, sizeof(c.bias)));
@@ -425,10 +433,10 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
       plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.x_scales, sizeof(c.x_scales)));
   if (fresh) {
     // autotune: the top candidates timed on this call's buffers, outside a graph capture.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
-    const bool time = options_.autotune && capture == cudaStreamCaptureStatusNone;
-    const auto candidates = Candidates(*plan, c.w, c.x, c.out, /*no_split_k=*/false, time ? 8 : 1);
+    ASSIGN_OR_RETURN(const bool capturing, Capturing(stream));
+    const bool time = options_.autotune && !capturing;
+    const auto candidates = Candidates(*plan, c.w, c.x, c.out, /*no_split_k=*/false,
+                                       time ? kAutotuneCandidates : 1);
     if (!candidates.ok() || candidates->empty()) {
       it->second.reset();  // remembered as refused
       return refused();
