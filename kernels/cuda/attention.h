@@ -61,6 +61,10 @@ struct PagedAttentionArgs {
   // decode_partials, merged by a second kernel.
   int decode_ctas_per_head = 1;
   float* decode_partials = nullptr;
+  // LaunchDecodeAttention multiplies with the keys as the MMAs' M dimension (keys_as_m_tile.cuh):
+  // half the MMAs and accumulators for tiles of at most kKeysAsMColumns rows (decode_max_rows
+  // must be at most that).
+  bool decode_keys_as_m = false;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };
 
@@ -94,6 +98,8 @@ cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stre
 // kv head's keys and values are read once for all its query heads and the sequence's few new
 // rows (decode, short speculative chunks). Rows: new rows x (heads / kv_heads) <= 16.
 inline constexpr int kDecodeTileRows = 16;
+// The rows of a tile with the keys as M (PagedAttentionArgs::decode_keys_as_m).
+inline constexpr int kDecodeKeysAsMRows = 8;
 // Key tiles (16 keys) up to which the host gives a (sequence, kv head) one CTA (its 4 warps take
 // up to 3 tiles each) instead of splitting the keys over CTAs whose states a second kernel merges.
 inline constexpr int kDecodeOneCtaTiles = 12;

@@ -59,6 +59,10 @@ struct CudaBackendOptions {
   // Decode rows on the GQA-packed tensor-core kernel (decode_attention.cu): each kv head's keys
   // read once for all its query heads; head_dim 64 or 128; not in the batch-invariant mode.
   bool decode_attention = false;
+  // ... with the keys as the MMAs' M dimension (keys_as_m_tile.cuh) when a kv head has at most 8
+  // query heads: half the MMAs and accumulators; sequences of more than 8 / group new rows go to
+  // the CUDA-core kernel.
+  bool decode_attention_keys_as_m = false;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
   // MatmulSiluMul at one row as one GEMV with SiluMul as its epilogue (gemv.h, GemvArgs::glu)

@@ -33,6 +33,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/flash_tile.cuh"
+#include "kernels/cuda/keys_as_m_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace xserv::kernels::cuda {
@@ -60,8 +61,9 @@ constexpr int kShallowMinPairs = 1024;
 // memory at head_dim 128) leaves registers the limit: about 160 give 3 CTAs, 128 give 4 (with 8
 // bytes spilled). The bf16 rings fit 3 CTAs per SM at most, so they keep the compiler's choice
 // (0: no bound).
-template <bool kFp8, int kStages>
-constexpr int kMinCtasPerSm = kFp8 && kStages == kShallowStages ? 4 : 0;
+// Keys as M (keys_as_m_tile.cuh) holds half the accumulators and leaves the compiler's choice.
+template <bool kFp8, int kStages, bool kKeysAsM>
+constexpr int kMinCtasPerSm = kFp8 && kStages == kShallowStages ? (kKeysAsM ? 5 : 4) : 0;
 
 // Shared memory: the Q tile, then each warp's ring of kStages stages (a warp's tiles in flight;
 // bf16: a K and a V tile; FP8: their codes and the tile's K and V scales).
@@ -171,8 +173,8 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
          ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
 }
 
-template <int kDim, bool kFp8, int kStages>
-__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages>))
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM>
+__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages, kKeysAsM>))
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   // PdlBegin comes once the tiles of keys before this step's rows are in flight (below).
   using L = Layout<kDim, kFp8, kStages>;
@@ -309,85 +311,141 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages>))
     *reinterpret_cast<uint4*>(q_s + r * kLd + c * 8) = v;
   }
   __syncthreads();
-  uint32_t qa[kDim / 16][4];
-  if constexpr (kFp8) {
-    LoadQueryFragmentsFp8Order<kDim, kLd>(qa, q_s, lane);
-  } else {
-    LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
-  }
-  // The thread's tile rows g and g + 8: positions and first keys (rows past `rows` see none).
-  int pos[2], first[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = g + 8 * r;
-    pos[r] = row < rows ? context + row / group : -1;
-    first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
-  }
-
   // The keys every row sees, [rows_lo, rows_hi]: a tile inside it with no bad key needs no mask.
   // (Rows past `rows` have a zero query; their state is never written out.)
   const int rows_hi = context;
   const int rows_lo = a.sliding_window > 0 ? max(0, p_hi - a.sliding_window + 1) : 0;
   const float scale = a.scale * kLog2e;  // scores in log2 units (exp2: one MUFU op)
-
-  float o[kDim / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  bool bad[2] = {false, false};
-  for (int n = 0; n < n_tiles; ++n) {
-    CpAsyncWait<kStages - 1>();  // tile n's group has landed (kStages + n groups committed)
-    __syncwarp();                // ... for every lane's copies
-    const unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
-    // FP8: the tile's 16 keys' K scales, then their V scales.
-    const float* tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
-    const uint32_t key_bad = bad_keys[warp][n % kStages];
-    const int k0 = first_key(n);
-
-    float sc[2][4] = {};
-    if constexpr (kFp8) {
-      TileScoresFp8<kDim, 2>(sc, qa, stage, L::kCodeLd, lane);
-    } else {
-      TileScores<kDim, 2, kLd>(sc, qa, reinterpret_cast<const bf16*>(stage), lane);
-    }
-    // sc[nt][e]: tile row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
-    float tile_max[2] = {-INFINITY, -INFINITY};
-    const bool whole = key_bad == 0 && k0 >= rows_lo && k0 + kTileKeys - 1 <= rows_hi;
-    ScaleAndMaskScores<2, kFp8>(sc, tile_max, whole, k0, first, pos, key_bad, bad, scale,
-                                tile_scales, q4);
-    OnlineSoftmaxUpdate<2, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
-    if constexpr (kFp8) {
-      AccumulatePVFp8<kDim>(o, sc, stage + L::kTileBytes, L::kCodeLd, tile_scales + kTileKeys,
-                            lane);
-    } else {
-      AccumulatePV<2, kDim, kLd>(o, sc, reinterpret_cast<const bf16*>(stage) + L::kTile, lane);
-    }
-    __syncwarp();  // the stage is read before the issue below overwrites it
-    if (n + kStages < n_tiles) issue(n + kStages);
-    CpAsyncCommit();
-  }
-  CpAsyncWait<0>();
-  // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.
-  for (bool& b : bad) b = QuadAny(b);
-
-  // The warps' states, then their merge: thread (row tid / 8, dims (tid % 8) * kDim / 8 ...).
-  __syncthreads();  // every warp is done with its ring
-  constexpr int kRecord = L::kRecord;
-  float* states = reinterpret_cast<float*>(rings);  // [kWarps][kRows][kRecord]
+  // The thread's tile rows (row form: g and g + 8; keys as M: query columns 2 q4 and 2 q4 + 1):
+  // positions and first keys (rows past `rows` see none).
+  int pos[2], first[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float* rec = states + (warp * kRows + g + 8 * r) * kRecord;
-    // m back in natural units: the merges and Finish work in those.
-    if (q4 == 0) rec[0] = m[r] * kLn2, rec[1] = bad[r] ? NaN() : l[r];
+    const int row = kKeysAsM ? 2 * q4 + r : g + 8 * r;
+    pos[r] = row < rows ? context + row / group : -1;
+    first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
+  }
+  // The warps' states once the key loop is over, in the rings: [kWarps][kRows][kRecord].
+  constexpr int kRecord = L::kRecord;
+  float* states = reinterpret_cast<float*>(rings);
+
+  if constexpr (kKeysAsM) {
+    uint32_t qb[kDim / 16][2];
+    LoadQueryColumns<kDim, kLd, kFp8>(qb, q_s, lane);
+    float ot[kDim / 16][4] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    bool bad[2] = {false, false};
+    for (int n = 0; n < n_tiles; ++n) {
+      CpAsyncWait<kStages - 1>();  // tile n's group has landed (kStages + n groups committed)
+      __syncwarp();                // ... for every lane's copies
+      const unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
+      const float* tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
+      const uint32_t key_bad = bad_keys[warp][n % kStages];
+      const int k0 = first_key(n);
+      float st[4] = {};
+      if constexpr (kFp8) {
+        KeysAsMScoresFp8<kDim>(st, qb, stage, L::kCodeLd, lane);
+      } else {
+        KeysAsMScores<kDim, kLd>(st, qb, reinterpret_cast<const bf16*>(stage), lane);
+      }
+      float col_max[2] = {-INFINITY, -INFINITY};
+      const bool whole = key_bad == 0 && k0 >= rows_lo && k0 + kTileKeys - 1 <= rows_hi;
+      KeysAsMScaleAndMask<kFp8>(st, col_max, whole, k0, first, pos, key_bad, bad, scale,
+                                tile_scales, g);
+      KeysAsMSoftmaxUpdate<kDim>(st, col_max, m, l, ot);
+      if constexpr (kFp8) {
+        KeysAsMAccumulateFp8<kDim>(ot, st, stage + L::kTileBytes, L::kCodeLd,
+                                   tile_scales + kTileKeys, lane);
+      } else {
+        KeysAsMAccumulate<kDim, kLd>(ot, st, reinterpret_cast<const bf16*>(stage) + L::kTile,
+                                     lane);
+      }
+      __syncwarp();  // the stage is read before the issue below overwrites it
+      if (n + kStages < n_tiles) issue(n + kStages);
+      CpAsyncCommit();
+    }
+    CpAsyncWait<0>();
+    // A column is bad when any of its keys is, and its sum is the lanes' partial sums: both over
+    // the 8 lanes of the column.
 #pragma unroll
-    for (int dt = 0; dt < kDim / 8; ++dt) {
+    for (int c = 0; c < 2; ++c) {
+      bad[c] = ColumnAny(bad[c]);
+      l[c] = ColumnSum(l[c]);
+    }
+    __syncthreads();  // every warp is done with its ring
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int column = 2 * q4 + e;
-        rec[2 + (kFp8 ? Fp8OutputDim(dt, column) : dt * 8 + column)] = o[dt][2 * r + e];
+    for (int c = 0; c < 2; ++c) {
+      float* rec = states + (warp * kRows + 2 * q4 + c) * kRecord;
+      if (g == 0) rec[0] = m[c] * kLn2, rec[1] = bad[c] ? NaN() : l[c];
+#pragma unroll
+      for (int mt = 0; mt < kDim / 16; ++mt) {
+        rec[2 + KeysAsMOutputDim<kDim, kFp8>(mt, c, g)] = ot[mt][c];
+        rec[2 + KeysAsMOutputDim<kDim, kFp8>(mt, c + 2, g)] = ot[mt][c + 2];
+      }
+    }
+  } else {
+    uint32_t qa[kDim / 16][4];
+    if constexpr (kFp8) {
+      LoadQueryFragmentsFp8Order<kDim, kLd>(qa, q_s, lane);
+    } else {
+      LoadQueryFragments<kDim, kLd>(qa, q_s, lane);
+    }
+    float o[kDim / 8][4] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    bool bad[2] = {false, false};
+    for (int n = 0; n < n_tiles; ++n) {
+      CpAsyncWait<kStages - 1>();  // tile n's group has landed (kStages + n groups committed)
+      __syncwarp();                // ... for every lane's copies
+      const unsigned char* stage = ring + (n % kStages) * L::kStageBytes;
+      // FP8: the tile's 16 keys' K scales, then their V scales.
+      const float* tile_scales = reinterpret_cast<const float*>(stage + 2 * L::kTileBytes);
+      const uint32_t key_bad = bad_keys[warp][n % kStages];
+      const int k0 = first_key(n);
+
+      float sc[2][4] = {};
+      if constexpr (kFp8) {
+        TileScoresFp8<kDim, 2>(sc, qa, stage, L::kCodeLd, lane);
+      } else {
+        TileScores<kDim, 2, kLd>(sc, qa, reinterpret_cast<const bf16*>(stage), lane);
+      }
+      // sc[nt][e]: tile row g + 8 * (e / 2), key k0 + nt * 8 + 2 * q4 + e % 2.
+      float tile_max[2] = {-INFINITY, -INFINITY};
+      const bool whole = key_bad == 0 && k0 >= rows_lo && k0 + kTileKeys - 1 <= rows_hi;
+      ScaleAndMaskScores<2, kFp8>(sc, tile_max, whole, k0, first, pos, key_bad, bad, scale,
+                                  tile_scales, q4);
+      OnlineSoftmaxUpdate<2, kDim, /*kBase2=*/true>(sc, tile_max, m, l, o);
+      if constexpr (kFp8) {
+        AccumulatePVFp8<kDim>(o, sc, stage + L::kTileBytes, L::kCodeLd, tile_scales + kTileKeys,
+                              lane);
+      } else {
+        AccumulatePV<2, kDim, kLd>(o, sc, reinterpret_cast<const bf16*>(stage) + L::kTile, lane);
+      }
+      __syncwarp();  // the stage is read before the issue below overwrites it
+      if (n + kStages < n_tiles) issue(n + kStages);
+      CpAsyncCommit();
+    }
+    CpAsyncWait<0>();
+    // A row is bad when any of its keys is: the 4 lanes of the row saw different keys.
+    for (bool& b : bad) b = QuadAny(b);
+    __syncthreads();  // every warp is done with its ring
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float* rec = states + (warp * kRows + g + 8 * r) * kRecord;
+      // m back in natural units: the merges and Finish work in those.
+      if (q4 == 0) rec[0] = m[r] * kLn2, rec[1] = bad[r] ? NaN() : l[r];
+#pragma unroll
+      for (int dt = 0; dt < kDim / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int column = 2 * q4 + e;
+          rec[2 + (kFp8 ? Fp8OutputDim(dt, column) : dt * 8 + column)] = o[dt][2 * r + e];
+        }
       }
     }
   }
   __syncthreads();
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
+  if (row >= rows) return;  // no output (keys as M: no record past kDecodeKeysAsMRows either)
   RowState<kDim> st;
   st.MergeRecords(states + row * kRecord, kWarps, int64_t{kRows} * kRecord, d0);
   if (tiles.ctas == 1) {
@@ -410,15 +468,16 @@ __global__ void __launch_bounds__(kThreads)
   const KeyTiles tiles = KeyTilesOf(a, a.seq_lens[s], q_len);
   if (tiles.ctas == 1) return;
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
+  if (row >= q_len * (a.heads / a.kv_heads)) return;  // no output, and maybe no record
   RowState<kDim> st;
   st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, tiles.ctas,
                   int64_t{kRows} * kRecord, d0);
   st.Finish(a, s, kvh, row, d0);
 }
 
-template <int kDim, bool kFp8, int kStages>
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM>
 cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages>;
+  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages, kKeysAsM>;
   constexpr int64_t kSmem = Layout<kDim, kFp8, kStages>::kBytes;
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kSmem); err != cudaSuccess) {
     return err;
@@ -442,10 +501,17 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <bool kFp8, int kStages>
+template <bool kFp8, int kStages, bool kKeysAsM>
 cudaError_t LaunchForHeadDim(const PagedAttentionArgs& a, cudaStream_t stream) {
-  return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages>(a, stream)
-                          : LaunchDecode<128, kFp8, kStages>(a, stream);
+  return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages, kKeysAsM>(a, stream)
+                          : LaunchDecode<128, kFp8, kStages, kKeysAsM>(a, stream);
+}
+
+template <bool kFp8, bool kKeysAsM>
+cudaError_t LaunchForStages(const PagedAttentionArgs& a, cudaStream_t stream) {
+  const bool shallow = int64_t{a.num_seqs} * a.kv_heads >= kShallowMinPairs;
+  return shallow ? LaunchForHeadDim<kFp8, kShallowStages, kKeysAsM>(a, stream)
+                 : LaunchForHeadDim<kFp8, kDeepStages, kKeysAsM>(a, stream);
 }
 
 }  // namespace
@@ -468,13 +534,16 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
     return cudaErrorInvalidValue;
   }
   if ((args.k_scale == nullptr) != (args.v_scale == nullptr)) return cudaErrorInvalidValue;
-  const bool shallow = int64_t{args.num_seqs} * args.kv_heads >= kShallowMinPairs;
-  if (args.k_scale != nullptr) {
-    return shallow ? LaunchForHeadDim<true, kShallowStages>(args, stream)
-                   : LaunchForHeadDim<true, kDeepStages>(args, stream);
+  if (args.decode_keys_as_m && args.decode_max_rows > kDecodeKeysAsMRows) {
+    return cudaErrorInvalidValue;
   }
-  return shallow ? LaunchForHeadDim<false, kShallowStages>(args, stream)
-                 : LaunchForHeadDim<false, kDeepStages>(args, stream);
+  const bool fp8 = args.k_scale != nullptr;
+  if (args.decode_keys_as_m) {
+    return fp8 ? LaunchForStages<true, true>(args, stream)
+               : LaunchForStages<false, true>(args, stream);
+  }
+  return fp8 ? LaunchForStages<true, false>(args, stream)
+             : LaunchForStages<false, false>(args, stream);
 }
 
 }  // namespace xserv::kernels::cuda

@@ -58,6 +58,14 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfl
                : "r"(addr));
 }
 
+// The transpose of an 8x8 matrix of 16-bit values held as fragments (lane l: row l / 4, columns
+// 2 * (l % 4) and + 1 in one register): lane l receives row l / 4 of the transpose.
+__device__ __forceinline__ uint32_t MovMatrixTrans(uint32_t fragment) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(fragment));
+  return r;
+}
+
 // Max / sum over the 4 lanes of a quad (the lanes that hold one row of an mma fragment).
 __device__ __forceinline__ float QuadMax(float v) {
   v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));

@@ -283,14 +283,19 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     // Enough CTAs for two per SM: (sequence, kv head) pairs, each split over up to 32 CTAs, but
     // no more than the longest sequence can use (two 16-key tiles per warp of 4: KeyTilesOf in
     // decode_attention.cu).
-    args.decode_max_rows = kDecodeTileRows;
+    // Keys as the MMAs' M dimension when the kv head's query heads fit its 8 rows; sequences
+    // with more new rows than that then go to the CUDA-core kernel.
+    args.decode_keys_as_m =
+        options_.decode_attention_keys_as_m && heads / kv_heads <= kDecodeKeysAsMRows;
+    args.decode_max_rows = args.decode_keys_as_m ? kDecodeKeysAsMRows : kDecodeTileRows;
     const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
-    // A sliding window bounds the keys of every row this kernel takes (at most kDecodeTileRows /
+    // A sliding window bounds the keys of every row this kernel takes (at most decode_max_rows /
     // group new rows per sequence), whatever the context: a decode graph planned for the model's
     // whole context then still sizes a window layer's split by the window.
     int64_t keys = std::max(batch.max_seq_len, 1);
     if (params.sliding_window > 0) {
-      keys = std::min<int64_t>(keys, params.sliding_window + kDecodeTileRows / (heads / kv_heads));
+      keys = std::min<int64_t>(keys,
+                               params.sliding_window + args.decode_max_rows / (heads / kv_heads));
     }
     const int64_t tiles = (keys + 15) / 16 + 1;
     // Up to kDecodeOneCtaTiles tiles one CTA takes them all (at most 3 per warp): no split to

@@ -162,7 +162,15 @@ TEST_P(CudaAttention, MatchesCpu) {
         std::pair{"decode", CudaBackendOptions{.device = 0, .check_each_op = true,
                                                .decode_attention = true}},
         std::pair{"both", CudaBackendOptions{.device = 0, .check_each_op = true,
-                                             .flash_prefill = true, .decode_attention = true}}}) {
+                                             .flash_prefill = true, .decode_attention = true}},
+        // Keys as M: sequences of at most 8 (new rows x group) on it, the rest on the others.
+        std::pair{"keys as M", CudaBackendOptions{.device = 0, .check_each_op = true,
+                                                  .decode_attention = true,
+                                                  .decode_attention_keys_as_m = true}},
+        std::pair{"both, keys as M",
+                  CudaBackendOptions{.device = 0, .check_each_op = true, .flash_prefill = true,
+                                     .decode_attention = true,
+                                     .decode_attention_keys_as_m = true}}}) {
     // What the step tells the backend: nothing, its longest chunk, or every chunk length (the
     // batch builder's mask): the kernels it may skip follow from those.
     uint32_t mask = 0;
@@ -231,6 +239,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"DecodeGptOssFullSinks", 64, 8, 64, 16, 0, true, {{2500, 1}, {40, 2}}},
         // MHA (group 1): up to 16 new rows per sequence on the decode kernel.
         AttnCase{"DecodeMhaChunks", 4, 4, 128, 16, 0, false, {{100, 16}, {3, 9}, {600, 1}}},
+        // Blocks of 8 keys: a 16-key tile spans two blocks (per-key block lookups).
+        AttnCase{"DecodeSmallBlocksGqaHd128", 16, 4, 128, 8, 0, false,
+                 {{300, 1}, {40, 1}, {7, 2}, {0, 1}, {90, 3}}},
         // FP8 caches: long chunks over several 64-key flash tiles, decodes split over CTAs,
         // gpt-oss heads with window and sinks, a head size only the CUDA-core kernel takes.
         AttnCase{"Fp8LongChunksGqaHd128", 32, 8, 128, 16, 0, false,
@@ -238,6 +249,14 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"Fp8GptOssWindowSinks", 64, 8, 64, 16, 128, true,
                  {{0, 200}, {1000, 1}, {300, 2}}, true},
         AttnCase{"Fp8SplitGridGqa", 32, 8, 128, 16, 0, false, {{900, 1}, {300, 1}}, true},
+        // FP8 decode batches: Qwen3-8B heads (a 2-row chunk fills the 8 keys-as-M rows, a 3-row
+        // one does not), gpt-oss heads with window and sinks over one CTA per kv head.
+        AttnCase{"Fp8DecodeBatchGqaHd128", 32, 8, 128, 16, 0, false,
+                 {{0, 1}, {15, 1}, {16, 1}, {130, 1}, {700, 1}, {31, 2}, {5, 3}, {2047, 1},
+                  {64, 1}, {63, 1}, {1, 1}, {400, 1}, {250, 1}, {3000, 1}, {48, 1}, {17, 1}},
+                 true},
+        AttnCase{"Fp8DecodeGptOssWindowSinks", 64, 8, 64, 16, 128, true,
+                 {{0, 1}, {127, 1}, {128, 1}, {100, 1}, {37, 1}, {5000, 1}}, true},
         AttnCase{"Fp8Hd80Window33", 6, 3, 80, 8, 33, false, {{100, 2}, {0, 70}}, true}),
     [](const ::testing::TestParamInfo<AttnCase>& info) { return info.param.name; });
 
@@ -314,7 +333,10 @@ TEST_F(CudaVsCpuTest, AttentionBadBlockMakesTheRowsThatSeeItNaN) {
   for (const auto& [name, options] :
        {std::pair{"paged", CudaBackendOptions{.device = 0}},  // no host check of the table
         std::pair{"tensor cores", CudaBackendOptions{.device = 0, .flash_prefill = true,
-                                                     .decode_attention = true}}}) {
+                                                     .decode_attention = true}},
+        std::pair{"keys as M", CudaBackendOptions{.device = 0, .flash_prefill = true,
+                                                  .decode_attention = true,
+                                                  .decode_attention_keys_as_m = true}}}) {
     for (const int window : {0, 64}) {
       SCOPED_TRACE(absl::StrCat(name, " window ", window));
       auto backend = CudaBackend::Create(options);

@@ -337,20 +337,25 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
 // they compute: decode steps replayed from graphs with it equal direct steps without it, bit for
 // bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention); so does
 // SiluMul as the gate_up GEMV's epilogue (--fuse-silu-gemv).
+// Also with the decode attention's keys as M (--decode-attention-keys-as-m).
 TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
-  const kernels::cuda::CudaBackendOptions plain{.device = 0,
-                                                .gemv = true,
-                                                .flash_prefill = true,
-                                                .decode_attention = true,
-                                                .fuse_qk_norm_rope = true};
-  kernels::cuda::CudaBackendOptions with_pdl = plain;
-  with_pdl.pdl = true;
-  with_pdl.pdl_decode_kernels = true;
-  with_pdl.fuse_silu_gemv = true;  // also bit-identical (one sequence's steps take it)
-  auto direct = kernels::cuda::CudaBackend::Create(plain);
-  auto graphed = kernels::cuda::CudaBackend::Create(with_pdl);
-  ASSERT_TRUE(direct.ok() && graphed.ok());
-  GraphStepsEqualDirectSteps(**direct, **graphed);
+  for (const bool keys_as_m : {false, true}) {
+    SCOPED_TRACE(keys_as_m ? "keys as M" : "rows as M");
+    const kernels::cuda::CudaBackendOptions plain{.device = 0,
+                                                  .gemv = true,
+                                                  .flash_prefill = true,
+                                                  .decode_attention = true,
+                                                  .decode_attention_keys_as_m = keys_as_m,
+                                                  .fuse_qk_norm_rope = true};
+    kernels::cuda::CudaBackendOptions with_pdl = plain;
+    with_pdl.pdl = true;
+    with_pdl.pdl_decode_kernels = true;
+    with_pdl.fuse_silu_gemv = true;  // also bit-identical (one sequence's steps take it)
+    auto direct = kernels::cuda::CudaBackend::Create(plain);
+    auto graphed = kernels::cuda::CudaBackend::Create(with_pdl);
+    ASSERT_TRUE(direct.ok() && graphed.ok());
+    GraphStepsEqualDirectSteps(**direct, **graphed);
+  }
 }
 
 void CudaModel::GraphStepsEqualDirectSteps(kernels::Backend& direct_backend,
