@@ -27,6 +27,11 @@
 // value is an f16; Q and P in f16; the head dims in flash_tile.cuh's FP8 order), with each key's
 // K scale applied to its scores and its V scale to its values, in f16, before P V. The
 // conversions were this kernel's largest cost: at b=256 it ran at a third of its read roofline.
+// Keys as M (kKeysAsM, PagedAttentionArgs::decode_keys_as_m; keys_as_m_tile.cuh): the same
+// ring, grid and merges, but each tile's products transposed (S^T = K Q^T, O^T = V^T P^T) with
+// the tile's rows, at most kDecodeKeysAsMRows, as the MMAs' N: half the MMAs and accumulators
+// when a kv head has few query heads (Qwen3-8B FP8 at 256 rows: 4.0 -> 3.0 ms of attention per
+// step, docs/benchmarks session 24).
 #include <algorithm>
 
 #include "kernels/cuda/attention.h"
@@ -59,9 +64,9 @@ constexpr int kShallowStages = 2;
 constexpr int kShallowMinPairs = 1024;
 // CTAs per SM the kernel's registers are bounded for. The shallow FP8 ring (41 KB of shared
 // memory at head_dim 128) leaves registers the limit: about 160 give 3 CTAs, 128 give 4 (with 8
-// bytes spilled). The bf16 rings fit 3 CTAs per SM at most, so they keep the compiler's choice
-// (0: no bound).
-// Keys as M (keys_as_m_tile.cuh) holds half the accumulators and leaves the compiler's choice.
+// bytes spilled); with the keys as M (half the accumulators) 96 give 5 with no spill, which
+// shared memory allows too. The bf16 rings fit 3 CTAs per SM at most, so they keep the
+// compiler's choice (0: no bound).
 template <bool kFp8, int kStages, bool kKeysAsM>
 constexpr int kMinCtasPerSm = kFp8 && kStages == kShallowStages ? (kKeysAsM ? 5 : 4) : 0;
 
