@@ -62,7 +62,7 @@ struct PagedAttentionArgs {
   int decode_ctas_per_head = 1;
   float* decode_partials = nullptr;
   // LaunchDecodeAttention multiplies with the keys as the MMAs' M dimension (keys_as_m_tile.cuh):
-  // half the MMAs and accumulators for tiles of at most kKeysAsMColumns rows (decode_max_rows
+  // half the MMAs and accumulators for tiles of at most kDecodeKeysAsMRows rows (decode_max_rows
   // must be at most that).
   bool decode_keys_as_m = false;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)

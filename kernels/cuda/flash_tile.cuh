@@ -273,6 +273,14 @@ __device__ __forceinline__ uint32_t PackF16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Two codes of one 16-bit word (low byte first) as f16x2 times their keys' scales: an FP8
+// cache's dequantised values in f16.
+__device__ __forceinline__ uint32_t Fp8PairScaled(uint16_t pair, __half2 scale) {
+  const uint32_t raw = Fp8PairToF16x2(pair);
+  const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&raw), scale);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // o += P V over one 16-key tile of FP8 codes (the order above: o's columns are Fp8OutputDim's);
 // P the unnormalised probabilities, v_scales the tile's 16 V scales (shared memory).
 template <int kDim>
@@ -285,11 +293,6 @@ __device__ __forceinline__ void AccumulatePVFp8(float (&o)[kDim / 8][4], const f
   const int q4 = lane % 4;
   const __half2 s0 = __floats2half2_rn(v_scales[2 * q4], v_scales[2 * q4 + 1]);
   const __half2 s8 = __floats2half2_rn(v_scales[2 * q4 + 8], v_scales[2 * q4 + 9]);
-  const auto dequant = [](uint16_t pair, __half2 scale) {
-    const uint32_t raw = Fp8PairToF16x2(pair);
-    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&raw), scale);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  };
   const unsigned char* k0 = codes + 2 * q4 * code_ld + 4 * (lane / 4);
   const unsigned char* k8 = k0 + 8 * code_ld;
 #pragma unroll
@@ -303,10 +306,10 @@ __device__ __forceinline__ void AccumulatePVFp8(float (&o)[kDim / 8][4], const f
       // The two rows' codes of dim 2 h, then those of dim 2 h + 1.
       const uint32_t select = h == 0 ? 0x5140 : 0x7362;
       const uint32_t lo = __byte_perm(w0, w1, select), hi = __byte_perm(w8, w9, select);
-      MmaF16(o[4 * c + 2 * h], pa, dequant(static_cast<uint16_t>(lo), s0),
-             dequant(static_cast<uint16_t>(hi), s8));
-      MmaF16(o[4 * c + 2 * h + 1], pa, dequant(static_cast<uint16_t>(lo >> 16), s0),
-             dequant(static_cast<uint16_t>(hi >> 16), s8));
+      MmaF16(o[4 * c + 2 * h], pa, Fp8PairScaled(static_cast<uint16_t>(lo), s0),
+             Fp8PairScaled(static_cast<uint16_t>(hi), s8));
+      MmaF16(o[4 * c + 2 * h + 1], pa, Fp8PairScaled(static_cast<uint16_t>(lo >> 16), s0),
+             Fp8PairScaled(static_cast<uint16_t>(hi >> 16), s8));
     }
   }
 }

@@ -195,7 +195,7 @@ __device__ __forceinline__ void KeysAsMAccumulate(float (&ot)[kDim / 16][4], con
 // ot += V^T P^T over a 16-key tile of FP8 codes (rows code_ld bytes apart; v_scales the tile's
 // 16 V scales): lane (g, q4) reads the kDim / 8 codes at kDim / 8 * g of keys 2 q4, 2 q4 + 1,
 // 2 q4 + 8, 2 q4 + 9; byte permutes pair two keys' codes of one dim, which convert to f16 and
-// take their keys' V scales in f16 (as AccumulatePVFp8 does).
+// take their keys' V scales in f16 (Fp8PairScaled, as in AccumulatePVFp8).
 template <int kDim>
 __device__ __forceinline__ void KeysAsMAccumulateFp8(float (&ot)[kDim / 16][4],
                                                      const float (&st)[4],
@@ -207,11 +207,6 @@ __device__ __forceinline__ void KeysAsMAccumulateFp8(float (&ot)[kDim / 16][4],
   const int q4 = lane % 4;
   const __half2 s0 = __floats2half2_rn(v_scales[2 * q4], v_scales[2 * q4 + 1]);
   const __half2 s8 = __floats2half2_rn(v_scales[2 * q4 + 8], v_scales[2 * q4 + 9]);
-  const auto dequant = [](uint32_t pair, __half2 scale) {
-    const uint32_t raw = Fp8PairToF16x2(static_cast<uint16_t>(pair));
-    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&raw), scale);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  };
   const unsigned char* r0 = codes + 2 * q4 * code_ld + kDim / 8 * (lane / 4);
   uint32_t w[4][kWords];  // keys 2 q4, 2 q4 + 1, 2 q4 + 8, 2 q4 + 9
 #pragma unroll
@@ -234,8 +229,10 @@ __device__ __forceinline__ void KeysAsMAccumulateFp8(float (&ot)[kDim / 16][4],
       const uint32_t select = h == 0 ? 0x5140 : 0x7362;  // bytes 2 h, 2 h + 1 of both keys
       const uint32_t lo = __byte_perm(w[0][i], w[1][i], select);
       const uint32_t hi = __byte_perm(w[2][i], w[3][i], select);
-      const uint32_t a[4] = {dequant(lo, s0), dequant(lo >> 16, s0), dequant(hi, s8),
-                             dequant(hi >> 16, s8)};
+      const uint32_t a[4] = {Fp8PairScaled(static_cast<uint16_t>(lo), s0),
+                             Fp8PairScaled(static_cast<uint16_t>(lo >> 16), s0),
+                             Fp8PairScaled(static_cast<uint16_t>(hi), s8),
+                             Fp8PairScaled(static_cast<uint16_t>(hi >> 16), s8)};
       MmaF16(ot[2 * i + h], a, b0, b1);
     }
   }
