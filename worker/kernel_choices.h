@@ -17,6 +17,8 @@ struct KernelChoices {
   bool flash_prefill = true;       // tensor-core prefill attention
   bool decode_attention = true;    // GQA-packed tensor-core decode attention
   bool decode_keys_as_m = true;   // ... with the keys as the MMAs' M dimension
+  bool decode_four_ctas_per_sm = true;  // ... sized 4 per SM at large batches
+  bool decode_kv_heads_first = true;   // ... a sequence's kv heads adjacent in the grid
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
@@ -49,6 +51,17 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "accumulators of a decode tile (Qwen3-8B on an H200, 256 rows: FP8 cache 9 %, "
                  "bf16 2 % off the step, docs/benchmarks session 24); sequences of more than "
                  "8 / group new rows go to the CUDA-core kernel")
+      ->capture_default_str();
+  app.add_option("--decode-attention-four-ctas-per-sm", k.decode_four_ctas_per_sm,
+                 "cuda, with --decode-attention-keys-as-m, a bf16 cache at head_dim 128 and >= "
+                 "1024 (sequence, kv head) pairs: CTAs of 3 warps, 4 per SM instead of 3 of 4 "
+                 "warps (Qwen3-8B on an H200, 256 rows: 2 % off the step, docs/benchmarks "
+                 "session 25)")
+      ->capture_default_str();
+  app.add_option("--decode-attention-kv-heads-first", k.decode_kv_heads_first,
+                 "cuda, with --decode-attention: a sequence's kv heads are adjacent in the "
+                 "kernel's grid, so that they read the same KV-cache rows at about the same time "
+                 "(FP8 cache: 1 % off Qwen3-8B's step at 128-256 rows; bf16 within noise)")
       ->capture_default_str();
   app.add_option("--fuse-qk-norm-rope", k.fuse_qk_norm_rope,
                  "cuda: q/k norms, rotary embedding and the KV write as one kernel per layer "
@@ -150,6 +163,8 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .flash_prefill = k.flash_prefill,
           .decode_attention = k.decode_attention,
           .decode_attention_keys_as_m = k.decode_keys_as_m,
+          .decode_attention_four_ctas_per_sm = k.decode_four_ctas_per_sm,
+          .decode_attention_kv_heads_first = k.decode_kv_heads_first,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,

@@ -65,6 +65,11 @@ struct PagedAttentionArgs {
   // half the MMAs and accumulators for tiles of at most kDecodeKeysAsMRows rows (decode_max_rows
   // must be at most that).
   bool decode_keys_as_m = false;
+  // ... and, for a bf16 cache with the shallow ring at head_dim 128, in CTAs of 3 warps so that
+  // 4 fit an SM (decode_attention.cu, kFourPerSmWarps).
+  bool decode_four_ctas_per_sm = false;
+  // ... with a sequence's kv heads adjacent in the grid (decode_attention.cu, SequenceOf).
+  bool decode_kv_heads_first = false;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };
 

@@ -63,6 +63,12 @@ struct CudaBackendOptions {
   // query heads: half the MMAs and accumulators; sequences of more than 8 / group new rows go to
   // the CUDA-core kernel.
   bool decode_attention_keys_as_m = false;
+  // ... for a bf16 cache at head_dim 128 and >= 1024 (sequence, kv head) pairs in CTAs of 3
+  // warps, 4 per SM (decode_attention.cu, kFourPerSmWarps).
+  bool decode_attention_four_ctas_per_sm = false;
+  // ... with a sequence's kv heads adjacent in the grid, so that they read the cache's rows at
+  // about the same time.
+  bool decode_attention_kv_heads_first = false;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
   // MatmulSiluMul at one row as one GEMV with SiluMul as its epilogue (gemv.h, GemvArgs::glu)

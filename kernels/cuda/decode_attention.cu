@@ -45,7 +45,7 @@ namespace xserv::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;  // per CTA (but in the four-per-SM form below)
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kRows = kDecodeTileRows;  // one m16 tile
 constexpr int kTileKeys = 16;           // one k16 slice of P V
@@ -62,17 +62,27 @@ constexpr int kPad = 8;                 // bf16 per shared row: conflict-free fr
 constexpr int kDeepStages = 3;
 constexpr int kShallowStages = 2;
 constexpr int kShallowMinPairs = 1024;
+// The four-per-SM form (PagedAttentionArgs::decode_four_ctas_per_sm): the bf16 cache's shallow
+// ring with the keys as M at head_dim 128 in CTAs of 3 warps (55 KB of shared memory) so that 4
+// fit an SM instead of 3 of 4 warps (74 KB): as many warps per SM in more, smaller CTAs. Qwen3-8B
+// on an H200 at ~400-key contexts (docs/benchmarks session 25), ms per decode step: b=128 7.88
+// -> 7.73, b=256 12.52 -> 12.24. The FP8 ring's like form, 4 CTAs of 5 warps instead of 5 of 4
+// (registers are its limit), measured slower at 256 rows (9.07 -> 9.17) and was not kept.
+constexpr int kFourPerSmWarps = 3;
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM>
+constexpr bool kHasFourPerSmForm =
+    kDim == 128 && !kFp8 && kStages == kShallowStages && kKeysAsM;
 // CTAs per SM the kernel's registers are bounded for. The shallow FP8 ring (41 KB of shared
-// memory at head_dim 128) leaves registers the limit: about 160 give 3 CTAs, 128 give 4 (with 8
-// bytes spilled); with the keys as M (half the accumulators) 96 give 5 with no spill, which
-// shared memory allows too. The bf16 rings fit 3 CTAs per SM at most, so they keep the
-// compiler's choice (0: no bound).
+// memory at head_dim 128 in 4 warps) leaves registers the limit: about 160 give 3 CTAs, 128 give
+// 4 (with 8 bytes spilled); with the keys as M (half the accumulators) 96 give 5 with no spill,
+// which shared memory allows too. The bf16 rings fit 3 CTAs of 4 warps per SM at most (or 4 of
+// 3), so they keep the compiler's choice (0: no bound).
 template <bool kFp8, int kStages, bool kKeysAsM>
 constexpr int kMinCtasPerSm = kFp8 && kStages == kShallowStages ? (kKeysAsM ? 5 : 4) : 0;
 
 // Shared memory: the Q tile, then each warp's ring of kStages stages (a warp's tiles in flight;
 // bf16: a K and a V tile; FP8: their codes and the tile's K and V scales).
-template <int kDim, bool kFp8 = false, int kStages = 3>
+template <int kDim, bool kFp8 = false, int kStages = 3, int kCtaWarps = kWarps>
 struct Layout {
   static constexpr int kLd = kDim + kPad;
   static constexpr int kQ = kRows * kLd;         // bf16 of the Q tile
@@ -84,14 +94,26 @@ struct Layout {
   static constexpr int kTileBytes = kTileKeys * kRowBytes;    // one K or V tile in a stage
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kTileKeys * 4 : 0);
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int64_t kBytes = int64_t{kQ} * 2 + int64_t{kWarps} * kWarpBytes;
+  static constexpr int64_t kBytes = int64_t{kQ} * 2 + int64_t{kCtaWarps} * kWarpBytes;
   static constexpr int kRecord = kDim + 2;  // f32 state of one row: m, l, acc[kDim]
   // The warps' states reuse the rings once the key loop is over.
-  static_assert(kWarps * kRows * kRecord * 4 <= kWarps * kWarpBytes);
+  static_assert(kRows * kRecord * 4 <= kWarpBytes);
   static_assert(kStageBytes % 16 == 0 && kWarpBytes % 16 == 0 && (kQ * 2) % 16 == 0);
 };
 
 __device__ __forceinline__ float NaN() { return __int_as_float(0x7fc00000); }
+
+// The grid's (sequence, kv head) pair: x and y, or with decode_kv_heads_first y and x, so that
+// a sequence's kv heads run side by side and read the same cache rows (each head a 256-byte run
+// of a slot's 2 KB at Qwen3-8B's 8 x 128 bf16 dims, a 128-byte run of 1 KB in FP8) at about the
+// same time. Qwen3-8B on an H200, ~400-key contexts (docs/benchmarks session 25), ms per decode
+// step: FP8 cache b=128 6.16 -> 6.09, b=256 9.18 -> 9.07; bf16 within noise.
+__device__ __forceinline__ int SequenceOf(const PagedAttentionArgs& a) {
+  return a.decode_kv_heads_first ? blockIdx.y : blockIdx.x;
+}
+__device__ __forceinline__ int KvHeadOf(const PagedAttentionArgs& a) {
+  return a.decode_kv_heads_first ? blockIdx.x : blockIdx.y;
+}
 
 // The sequence's rows belong to this kernel (the same test as RowOf's in attention.cu); the
 // flash prefill kernel keeps the sequences it takes.
@@ -150,8 +172,9 @@ struct RowState {
   }
 };
 
-// A warp takes at least this many tiles before the keys spread over more CTAs.
-constexpr int kMinTilesPerWarp = 2;
+// A CTA takes at least this many tiles before the keys spread over more CTAs (2 per warp of 4;
+// the host's split below agrees).
+constexpr int kMinTilesPerCta = 8;
 
 // The sequence's 16-key tiles [first, last] and how many of the grid's CTAs share them: the
 // host sizes the grid for the longest sequence a graph may see; shorter ones use fewer CTAs
@@ -167,8 +190,7 @@ __device__ __forceinline__ KeyTiles KeyTilesOf(const PagedAttentionArgs& a, int 
   k.first = k.key_lo / kTileKeys;
   k.last = p_hi >= k.key_lo ? p_hi / kTileKeys : k.first - 1;
   const int tiles = k.last - k.first + 1;
-  k.ctas = min(a.decode_ctas_per_head,
-               max(1, (tiles + kWarps * kMinTilesPerWarp - 1) / (kWarps * kMinTilesPerWarp)));
+  k.ctas = min(a.decode_ctas_per_head, max(1, (tiles + kMinTilesPerCta - 1) / kMinTilesPerCta));
   return k;
 }
 
@@ -178,19 +200,23 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
          ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
 }
 
-template <int kDim, bool kFp8, int kStages, bool kKeysAsM>
-__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages, kKeysAsM>))
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM, int kCtaWarps>
+__global__ void __launch_bounds__(kCtaWarps * kWarpSize,
+                                  (kMinCtasPerSm<kFp8, kStages, kKeysAsM>))
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
   // PdlBegin comes once the tiles of keys before this step's rows are in flight (below).
-  using L = Layout<kDim, kFp8, kStages>;
+  using L = Layout<kDim, kFp8, kStages, kCtaWarps>;
+  constexpr int kCtaThreads = kCtaWarps * kWarpSize;
+  // The merge at the end gives each output row 8 threads.
+  static_assert(kCtaThreads >= 8 * (kKeysAsM ? kDecodeKeysAsMRows : kRows));
   constexpr int kLd = L::kLd;
   constexpr int kVecs = kDim / 8;  // 16-byte vectors per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
   unsigned char* rings = smem_raw + L::kQ * 2;
-  __shared__ uint32_t bad_keys[kWarps][kStages];  // bit j: key j of the stage's tile is bad
+  __shared__ uint32_t bad_keys[kCtaWarps][kStages];  // bit j: key j of the stage's tile is bad
 
-  const int s = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
+  const int s = SequenceOf(a), kvh = KvHeadOf(a), z = blockIdx.z;
   const int group = a.heads / a.kv_heads;
   const int q0 = a.query_start[s], q_len = a.query_start[s + 1] - q0;
   // CTAs that do nothing still wait before they exit (pdl.cuh: the chain of waits).
@@ -206,8 +232,8 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages, kKeysA
 
   // This warp's tiles: t_first + wg, + stride, ... up to t_last.
   const int t_first = tiles.first, t_last = tiles.last;
-  const int stride = tiles.ctas * kWarps;
-  const int wg = z * kWarps + warp;
+  const int stride = tiles.ctas * kCtaWarps;
+  const int wg = z * kCtaWarps + warp;
   const int n_tiles = t_first + wg <= t_last ? (t_last - t_first - wg) / stride + 1 : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.block_table_stride;
   const int64_t slot_elems = static_cast<int64_t>(a.kv_heads) * kDim;
@@ -305,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages, kKeysA
   }
 
   // Tile row r: new row r / group, query head kvh * group + r % group; zeros past `rows`.
-  for (int i = threadIdx.x; i < kRows * kVecs; i += kThreads) {
+  for (int i = threadIdx.x; i < kRows * kVecs; i += kCtaThreads) {
     const int r = i / kVecs, c = i % kVecs, t = q0 + r / group;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < rows && t >= 0 && t < a.tokens) {
@@ -330,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages, kKeysA
     pos[r] = row < rows ? context + row / group : -1;
     first[r] = a.sliding_window > 0 ? max(0, pos[r] - a.sliding_window + 1) : 0;
   }
-  // The warps' states once the key loop is over, in the rings: [kWarps][kRows][kRecord].
+  // The warps' states once the key loop is over, in the rings: [kCtaWarps][kRows][kRecord].
   constexpr int kRecord = L::kRecord;
   float* states = reinterpret_cast<float*>(rings);
 
@@ -452,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kFp8, kStages, kKeysA
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
   if (row >= rows) return;  // no output (keys as M: no record past kDecodeKeysAsMRows either)
   RowState<kDim> st;
-  st.MergeRecords(states + row * kRecord, kWarps, int64_t{kRows} * kRecord, d0);
+  st.MergeRecords(states + row * kRecord, kCtaWarps, int64_t{kRows} * kRecord, d0);
   if (tiles.ctas == 1) {
     st.Finish(a, s, kvh, row, d0);
   } else {
@@ -467,7 +493,7 @@ __global__ void __launch_bounds__(kThreads)
     MergeDecodeKernel(const __grid_constant__ PagedAttentionArgs a) {
   PdlBegin();  // pdl.cuh: the previous kernel's outputs are ready from here
   constexpr int kRecord = Layout<kDim>::kRecord;
-  const int s = blockIdx.x, kvh = blockIdx.y;
+  const int s = SequenceOf(a), kvh = KvHeadOf(a);
   const int q_len = a.query_start[s + 1] - a.query_start[s];
   if (!DecodeRows(a, q_len)) return;
   const KeyTiles tiles = KeyTilesOf(a, a.seq_lens[s], q_len);
@@ -480,27 +506,30 @@ __global__ void __launch_bounds__(kThreads)
   st.Finish(a, s, kvh, row, d0);
 }
 
-template <int kDim, bool kFp8, int kStages, bool kKeysAsM>
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM, int kCtaWarps = kWarps>
 cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages, kKeysAsM>;
-  constexpr int64_t kSmem = Layout<kDim, kFp8, kStages>::kBytes;
+  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages, kKeysAsM, kCtaWarps>;
+  constexpr int64_t kSmem = Layout<kDim, kFp8, kStages, kCtaWarps>::kBytes;
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kSmem); err != cudaSuccess) {
     return err;
   }
-  // The shallow ring's point is a third CTA per SM (3 x 74 KB at head_dim 128), which needs the
-  // largest carveout; the driver's own pick is not guaranteed to be it.
+  // The shallow ring's point is more CTAs per SM (bf16 at head_dim 128: 3 x 74 KB, or 4 x 55 KB
+  // in the four-per-SM form), which needs the largest carveout; the driver's own pick is not
+  // guaranteed to be it.
   if constexpr (kStages == kShallowStages) {
     if (const cudaError_t err = PreferMaxSharedCarveout<kernel>(); err != cudaSuccess) return err;
   }
   const auto ctas = static_cast<unsigned>(a.decode_ctas_per_head);
-  const dim3 grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads), ctas);
-  if (const cudaError_t err = LaunchMaybePdl(kernel, grid, kThreads, static_cast<size_t>(kSmem),
-                                             stream, a.pdl, a);
+  const auto seqs = static_cast<unsigned>(a.num_seqs), heads = static_cast<unsigned>(a.kv_heads);
+  const dim3 grid(a.decode_kv_heads_first ? heads : seqs, a.decode_kv_heads_first ? seqs : heads,
+                  ctas);
+  if (const cudaError_t err = LaunchMaybePdl(kernel, grid, kCtaWarps * kWarpSize,
+                                             static_cast<size_t>(kSmem), stream, a.pdl, a);
       err != cudaSuccess) {
     return err;
   }
   if (ctas > 1) {
-    const dim3 merge_grid(static_cast<unsigned>(a.num_seqs), static_cast<unsigned>(a.kv_heads));
+    const dim3 merge_grid(grid.x, grid.y);
     return LaunchMaybePdl(MergeDecodeKernel<kDim>, merge_grid, kThreads, 0, stream, a.pdl, a);
   }
   return cudaGetLastError();
@@ -508,8 +537,13 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 template <bool kFp8, int kStages, bool kKeysAsM>
 cudaError_t LaunchForHeadDim(const PagedAttentionArgs& a, cudaStream_t stream) {
-  return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages, kKeysAsM>(a, stream)
-                          : LaunchDecode<128, kFp8, kStages, kKeysAsM>(a, stream);
+  if (a.head_dim == 64) return LaunchDecode<64, kFp8, kStages, kKeysAsM>(a, stream);
+  if constexpr (kHasFourPerSmForm<128, kFp8, kStages, kKeysAsM>) {
+    if (a.decode_four_ctas_per_sm) {
+      return LaunchDecode<128, kFp8, kStages, kKeysAsM, kFourPerSmWarps>(a, stream);
+    }
+  }
+  return LaunchDecode<128, kFp8, kStages, kKeysAsM>(a, stream);
 }
 
 template <bool kFp8, bool kKeysAsM>
@@ -534,6 +568,7 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
   if (args.tokens == 0 || args.num_seqs == 0 || args.decode_max_rows < 1) return cudaSuccess;
   if (args.decode_max_rows > kDecodeTileRows || args.decode_ctas_per_head < 1 ||
       args.decode_ctas_per_head > 65535 ||
+      (args.decode_kv_heads_first && args.num_seqs > 65535) ||  // grid y
       (args.decode_ctas_per_head > 1 && args.decode_partials == nullptr) ||
       !DecodeAttentionSupports(args.head_dim, args.heads, args.kv_heads)) {
     return cudaErrorInvalidValue;

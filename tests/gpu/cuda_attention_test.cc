@@ -18,6 +18,14 @@ struct SeqSpec {
   int queries;  // new tokens this step
 };
 
+// A large decode batch: 130 sequences, so >= 1024 (sequence, kv head) pairs at 8 kv heads (the
+// decode kernel's shallow ring), of 1 new row but every 16th of 2, over contexts up to 700.
+std::vector<SeqSpec> LargeDecodeBatch() {
+  std::vector<SeqSpec> seqs;
+  for (int i = 0; i < 130; ++i) seqs.push_back({(i * 53) % 701, i % 16 == 5 ? 2 : 1});
+  return seqs;
+}
+
 struct AttnCase {
   std::string name;
   int heads, kv_heads, head_dim, block_size, window;
@@ -161,8 +169,11 @@ TEST_P(CudaAttention, MatchesCpu) {
                                               .flash_prefill = true}},
         std::pair{"decode", CudaBackendOptions{.device = 0, .check_each_op = true,
                                                .decode_attention = true}},
-        std::pair{"both", CudaBackendOptions{.device = 0, .check_each_op = true,
-                                             .flash_prefill = true, .decode_attention = true}},
+        // ... with a sequence's kv heads adjacent in the decode kernel's grid.
+        std::pair{"both, kv heads first",
+                  CudaBackendOptions{.device = 0, .check_each_op = true, .flash_prefill = true,
+                                     .decode_attention = true,
+                                     .decode_attention_kv_heads_first = true}},
         // Keys as M: sequences of at most 8 (new rows x group) on it, the rest on the others.
         std::pair{"keys as M", CudaBackendOptions{.device = 0, .check_each_op = true,
                                                   .decode_attention = true,
@@ -170,7 +181,15 @@ TEST_P(CudaAttention, MatchesCpu) {
         std::pair{"both, keys as M",
                   CudaBackendOptions{.device = 0, .check_each_op = true, .flash_prefill = true,
                                      .decode_attention = true,
-                                     .decode_attention_keys_as_m = true}}}) {
+                                     .decode_attention_keys_as_m = true}},
+        // ... in CTAs of 3 warps where a bf16 batch takes the shallow ring at head_dim 128, a
+        // sequence's kv heads adjacent in the grid (the worker's default).
+        std::pair{"keys as M, four CTAs per SM, kv heads first",
+                  CudaBackendOptions{.device = 0, .check_each_op = true,
+                                     .decode_attention = true,
+                                     .decode_attention_keys_as_m = true,
+                                     .decode_attention_four_ctas_per_sm = true,
+                                     .decode_attention_kv_heads_first = true}}}) {
     // What the step tells the backend: nothing, its longest chunk, or every chunk length (the
     // batch builder's mask): the kernels it may skip follow from those.
     uint32_t mask = 0;
@@ -254,6 +273,10 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"Fp8DecodeBatchGqaHd128", 32, 8, 128, 16, 0, false,
                  {{0, 1}, {15, 1}, {16, 1}, {130, 1}, {700, 1}, {31, 2}, {5, 3}, {2047, 1},
                   {64, 1}, {63, 1}, {1, 1}, {400, 1}, {250, 1}, {3000, 1}, {48, 1}, {17, 1}},
+                 true},
+        // Large batches: the shallow ring (and the four-per-SM CTAs), bf16 and FP8.
+        AttnCase{"DecodeLargeBatchGqaHd128", 32, 8, 128, 16, 0, false, LargeDecodeBatch()},
+        AttnCase{"Fp8DecodeLargeBatchGqaHd128", 32, 8, 128, 16, 0, false, LargeDecodeBatch(),
                  true},
         AttnCase{"Fp8DecodeGptOssWindowSinks", 64, 8, 64, 16, 128, true,
                  {{0, 1}, {127, 1}, {128, 1}, {100, 1}, {37, 1}, {5000, 1}}, true},

@@ -337,7 +337,8 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
 // they compute: decode steps replayed from graphs with it equal direct steps without it, bit for
 // bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention); so does
 // SiluMul as the gate_up GEMV's epilogue (--fuse-silu-gemv).
-// Also with the decode attention's keys as M (--decode-attention-keys-as-m).
+// Also with the decode attention's keys as M (--decode-attention-keys-as-m) and a sequence's kv
+// heads adjacent in its grid (--decode-attention-kv-heads-first).
 TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
   for (const bool keys_as_m : {false, true}) {
     SCOPED_TRACE(keys_as_m ? "keys as M" : "rows as M");
@@ -346,6 +347,7 @@ TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
                                                   .flash_prefill = true,
                                                   .decode_attention = true,
                                                   .decode_attention_keys_as_m = keys_as_m,
+                                                  .decode_attention_kv_heads_first = keys_as_m,
                                                   .fuse_qk_norm_rope = true};
     kernels::cuda::CudaBackendOptions with_pdl = plain;
     with_pdl.pdl = true;
