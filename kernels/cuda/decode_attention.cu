@@ -7,12 +7,13 @@
 // loads; at 256 decode rows it reached 19 % of the read roofline. Here the tile rows are
 // (new row, query head of the kv head) pairs, so each key and value row is read once:
 //
-// Grid: (sequence, kv head, CTA of P sharing the keys). A CTA of 4 warps; the sequence's keys are
-// cut into 16-key tiles dealt round robin to the P' x 4 warps, P' <= P the CTAs its length needs
-// (at least 2 tiles per warp). The host sizes P for the longest sequence a graph may see, bounded
-// by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA. Each warp streams its
-// tiles through a 2- or 3-stage cp.async ring (by grid size, below) in its own shared memory
-// (no CTA barrier in the loop), and per tile
+// Grid: (sequence, kv head, CTA of P sharing the keys), the first two swapped with
+// decode_kv_heads_first (SequenceOf). A CTA of 4 warps (3 in the four-per-SM form below); the
+// sequence's keys are cut into 16-key tiles dealt round robin to the P' x 4 warps, P' <= P the
+// CTAs its length needs (at least 8 tiles per CTA). The host sizes P for the longest sequence a
+// graph may see, bounded by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA.
+// Each warp streams its tiles through a 2- or 3-stage cp.async ring (by grid size, below) in its
+// own shared memory (no CTA barrier in the loop), and per tile
 //   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled to log2 units and masked (causal +
 //               window; a tile every row sees whole, the common case, skips the mask);
 //   online softmax (exp2) over the quad of lanes holding a row;
