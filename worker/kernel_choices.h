@@ -97,8 +97,10 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's top candidates per GEMM shape family "
-                 "(W8A8: per shape) on first use and keep the fastest (not with "
-                 "--batch-invariant; bf16 measured no gain on Qwen3-8B shapes, docs/benchmarks)")
+                 "(W8A8: per shape; bf16: each with 1x1, 1x2 and 2x1 thread-block clusters "
+                 "too) on first use and keep the fastest (not with --batch-invariant; bf16 "
+                 "measured no gain on Qwen3-8B shapes before the cluster variants, "
+                 "docs/benchmarks)")
       ->capture_default_str();
   app.add_option("--fp8-w8a8", k.fp8_w8a8,
                  "cuda, experimental, with --fp8-matmuls: steps of more than 8 rows quantise "

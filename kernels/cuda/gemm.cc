@@ -64,6 +64,14 @@ cublasStatus_t SetWorkspaceAndAlignments(cublasLtMatmulPreference_t pref, uint64
 
 // autotune: how many of the heuristic's candidates are timed.
 constexpr int kAutotuneCandidates = 8;
+// autotune: the bf16 candidates are timed with these thread-block cluster shapes too. cuBLASLt's
+// M is our n (weight rows) and its N our m (tokens), so 1x2 pairs the CTAs of two token tiles
+// over one weight tile, whose loads a cluster can share, as at m = 256 two 128-token tiles read
+// every weight tile twice otherwise. Its heuristic does not always pick that: in the graphed
+// Qwen3-8B step at 256 rows (docs/benchmarks session 25) the gate_up kernel's name reads 1x2
+// (655 TFLOP/s), qkv's 2x1 (552), o's 1x2 too (504: a 128x64 tile). Not measured yet.
+constexpr uint16_t kClusterShapes[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                                       CUBLASLT_CLUSTER_SHAPE_2x1x1};
 
 // Whether `stream` is being captured into a graph, which records launches instead of running
 // them: no timing there.
@@ -73,9 +81,10 @@ absl::StatusOr<bool> Capturing(cudaStream_t stream) {
   return capture != cudaStreamCaptureStatusNone;
 }
 
-// An algorithm's id, tile, stages and split-K, for the autotune log line.
+// An algorithm's id, tile, stages, split-K and cluster shape, for the autotune log line.
 std::string AlgoConfig(const cublasLtMatmulAlgo_t& algo) {
   int32_t id = 0, tile = 0, stages = 0, split_k = 1;
+  uint16_t cluster = 0;
   size_t written = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
@@ -84,7 +93,10 @@ std::string AlgoConfig(const cublasLtMatmulAlgo_t& algo) {
                                        sizeof(stages), &written);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
                                        sizeof(split_k), &written);
-  return absl::StrCat("algo ", id, " tile ", tile, " stages ", stages, " splitk ", split_k);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                       sizeof(cluster), &written);
+  return absl::StrCat("algo ", id, " tile ", tile, " stages ", stages, " splitk ", split_k,
+                      " cluster ", cluster);
 }
 
 }  // namespace
@@ -244,11 +256,38 @@ absl::StatusOr<int> GemmRunner::FastestOf(
   return best;
 }
 
+std::vector<cublasLtMatmulHeuristicResult_t> GemmRunner::ClusterVariants(
+    const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results) {
+  std::vector<cublasLtMatmulHeuristicResult_t> variants;
+  for (const cublasLtMatmulHeuristicResult_t& r : results) {
+    uint16_t current = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                             &current, sizeof(current),
+                                             &written) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    for (const uint16_t shape : kClusterShapes) {
+      if (shape == current) continue;
+      cublasLtMatmulHeuristicResult_t variant = r;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&variant.algo,
+                                               CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &shape,
+                                               sizeof(shape)) == CUBLAS_STATUS_SUCCESS &&
+          AlgoFits(plan, variant.algo)) {
+        variants.push_back(variant);
+      }
+    }
+  }
+  return variants;
+}
+
 absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& c,
                                                                 const Plan& plan,
                                                                 cudaStream_t stream) {
-  ASSIGN_OR_RETURN(const std::vector<cublasLtMatmulHeuristicResult_t> results,
+  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
                    Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kAutotuneCandidates));
+  const std::vector<cublasLtMatmulHeuristicResult_t> variants = ClusterVariants(plan, results);
+  results.insert(results.end(), variants.begin(), variants.end());
   ASSIGN_OR_RETURN(const int best,
                    FastestOf(plan, results, c.w, c.x, c.out, stream,
                              absl::StrCat("bf16 m=", c.m, " n=", c.n, " k=", c.k)));

@@ -95,7 +95,8 @@ struct GemmOptions {
   // GEMV launches use programmatic dependent launch (pdl.cuh): their first weight loads overlap
   // the previous kernel's tail.
   bool pdl = false;
-  // Time the heuristic's top candidates on the call's own buffers the first time a shape family
+  // Time the heuristic's top candidates (bf16: each also with the other thread-block cluster
+  // shapes cuBLASLt accepts) on the call's own buffers the first time a shape family
   // (n, k, layout; m by power-of-two bucket) is seen outside a graph capture, and keep the
   // fastest (cuBLASLt's first pick is a model, not a measurement). Never in batch-invariant
   // mode. The choice can differ between runs (timing noise), so bits may too. RunFp8 (W8A8)
@@ -148,6 +149,10 @@ class GemmRunner {
   absl::StatusOr<cublasLtMatmulAlgo_t> TunedAlgo(const GemmCall& call, const Key& key,
                                                 bool epilogue_bias, const Plan& plan,
                                                 cudaStream_t stream);
+  // autotune: `results` again with each other thread-block cluster shape of kClusterShapes that
+  // cuBLASLt accepts for `plan` (gemm.cc says why).
+  std::vector<cublasLtMatmulHeuristicResult_t> ClusterVariants(
+      const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results);
   // autotune: the fastest of the candidates, timed on `call`'s buffers (which it overwrites).
   absl::StatusOr<cublasLtMatmulAlgo_t> TimeCandidates(const GemmCall& call, const Plan& plan,
                                                      cudaStream_t stream);
