@@ -68,7 +68,8 @@ struct PagedAttentionArgs {
   // ... and, for a bf16 cache with the shallow ring at head_dim 128, in CTAs of 3 warps so that
   // 4 fit an SM (decode_attention.cu, kFourPerSmWarps).
   bool decode_four_ctas_per_sm = false;
-  // ... with a sequence's kv heads adjacent in the grid (decode_attention.cu, SequenceOf).
+  // ... with a sequence's kv heads adjacent in the grid (decode_attention.cu, SequenceOf), for
+  // steps of at most 65535 sequences (the grid's y limit; more keep the other order).
   bool decode_kv_heads_first = false;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };

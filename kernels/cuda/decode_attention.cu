@@ -569,7 +569,6 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
   if (args.tokens == 0 || args.num_seqs == 0 || args.decode_max_rows < 1) return cudaSuccess;
   if (args.decode_max_rows > kDecodeTileRows || args.decode_ctas_per_head < 1 ||
       args.decode_ctas_per_head > 65535 ||
-      (args.decode_kv_heads_first && args.num_seqs > 65535) ||  // grid y
       (args.decode_ctas_per_head > 1 && args.decode_partials == nullptr) ||
       !DecodeAttentionSupports(args.head_dim, args.heads, args.kv_heads)) {
     return cudaErrorInvalidValue;
@@ -579,12 +578,13 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
     return cudaErrorInvalidValue;
   }
   const bool fp8 = args.k_scale != nullptr;
-  if (args.decode_keys_as_m) {
-    return fp8 ? LaunchForStages<true, true>(args, stream)
-               : LaunchForStages<false, true>(args, stream);
+  // The kv heads first puts the sequences on the grid's y, which holds at most 65535.
+  PagedAttentionArgs a = args;
+  a.decode_kv_heads_first = args.decode_kv_heads_first && args.num_seqs <= 65535;
+  if (a.decode_keys_as_m) {
+    return fp8 ? LaunchForStages<true, true>(a, stream) : LaunchForStages<false, true>(a, stream);
   }
-  return fp8 ? LaunchForStages<true, false>(args, stream)
-             : LaunchForStages<false, false>(args, stream);
+  return fp8 ? LaunchForStages<true, false>(a, stream) : LaunchForStages<false, false>(a, stream);
 }
 
 }  // namespace xserv::kernels::cuda

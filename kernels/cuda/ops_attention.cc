@@ -288,11 +288,8 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     args.decode_keys_as_m =
         options_.decode_attention_keys_as_m && heads / kv_heads <= kDecodeKeysAsMRows;
     args.decode_max_rows = args.decode_keys_as_m ? kDecodeKeysAsMRows : kDecodeTileRows;
-    args.decode_four_ctas_per_sm =
-        args.decode_keys_as_m && options_.decode_attention_four_ctas_per_sm;
-    // The sequences then run along the grid's y, which holds at most 65535.
-    args.decode_kv_heads_first =
-        options_.decode_attention_kv_heads_first && batch.num_seqs <= 65535;
+    args.decode_four_ctas_per_sm = options_.decode_attention_four_ctas_per_sm;
+    args.decode_kv_heads_first = options_.decode_attention_kv_heads_first;
     const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
     // A sliding window bounds the keys of every row this kernel takes (at most decode_max_rows /
     // group new rows per sequence), whatever the context: a decode graph planned for the model's
