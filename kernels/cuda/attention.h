@@ -71,6 +71,11 @@ struct PagedAttentionArgs {
   // ... with a sequence's kv heads adjacent in the grid (decode_attention.cu, SequenceOf), for
   // steps of at most 65535 sequences (the grid's y limit; more keep the other order).
   bool decode_kv_heads_first = false;
+  // ... with the keys as M, in CTAs of kDecodeWideWarps warps that each take at least
+  // kDecodeWideMinTilesPerCta tiles before the keys spread over more CTAs (instead of
+  // kDecodeMinTilesPerCta): for steps of few (sequence, kv head) pairs, whose short contexts then
+  // need no partial states and no merge (decode_attention.cu says why).
+  bool decode_wide_ctas = false;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };
 
@@ -109,6 +114,12 @@ inline constexpr int kDecodeKeysAsMRows = 8;
 // Key tiles (16 keys) up to which the host gives a (sequence, kv head) one CTA (its 4 warps take
 // up to 3 tiles each) instead of splitting the keys over CTAs whose states a second kernel merges.
 inline constexpr int kDecodeOneCtaTiles = 12;
+// The tiles a CTA takes at least before the keys of a (sequence, kv head) spread over more CTAs
+// (2 per warp of 4), and the same for the wide form (PagedAttentionArgs::decode_wide_ctas): 4 per
+// warp of 8, so one CTA covers 512 keys.
+inline constexpr int kDecodeMinTilesPerCta = 8;
+inline constexpr int kDecodeWideWarps = 8;
+inline constexpr int kDecodeWideMinTilesPerCta = 32;
 bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads);
 // Partial-state floats LaunchDecodeAttention needs for `ctas` CTAs per (sequence, kv head).
 int64_t DecodePartialFloats(int num_seqs, int kv_heads, int head_dim, int ctas);

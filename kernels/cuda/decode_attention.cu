@@ -8,9 +8,10 @@
 // (new row, query head of the kv head) pairs, so each key and value row is read once:
 //
 // Grid: (sequence, kv head, CTA of P sharing the keys), the first two swapped with
-// decode_kv_heads_first (SequenceOf). A CTA of 4 warps (3 in the four-per-SM form below); the
-// sequence's keys are cut into 16-key tiles dealt round robin to the P' x 4 warps, P' <= P the
-// CTAs its length needs (at least 8 tiles per CTA). The host sizes P for the longest sequence a
+// decode_kv_heads_first (SequenceOf). A CTA of 4 warps (3 in the four-per-SM form, 8 in the
+// wide form, below); the sequence's keys are cut into 16-key tiles dealt round robin to the
+// P' x 4 warps, P' <= P the CTAs its length needs (at least 8 tiles per CTA, 32 in the wide
+// form). The host sizes P for the longest sequence a
 // graph may see, bounded by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA.
 // Each warp streams its tiles through a 2- or 3-stage cp.async ring (by grid size, below) in its
 // own shared memory (no CTA barrier in the loop), and per tile
@@ -173,9 +174,18 @@ struct RowState {
   }
 };
 
-// A CTA takes at least this many tiles before the keys spread over more CTAs (2 per warp of 4;
-// the host's split below agrees).
-constexpr int kMinTilesPerCta = 8;
+// The wide form (PagedAttentionArgs::decode_wide_ctas): at one sequence a step's attention is a
+// chain of dependent loads in a few CTAs, and with the keys of a ~400-key context split over 4
+// CTAs the merge kernel after them (their partial states' round trip through L2) cost about as
+// much again (docs/benchmarks sessions 20-22: 7.2 + 5.3 us per layer). CTAs of 8 warps with the
+// deep ring take 512 keys alone (24 tiles in flight per CTA) and finish their rows themselves;
+// the merge kernel then has nothing to do. Needs 213 KB of shared memory at head_dim 128 (bf16):
+// one CTA per SM, which is what a step of few pairs uses anyway.
+// The tiles a CTA takes at least before the keys spread over more CTAs (attention.h; the host's
+// split agrees).
+__device__ __forceinline__ int MinTilesPerCta(const PagedAttentionArgs& a) {
+  return a.decode_wide_ctas ? kDecodeWideMinTilesPerCta : kDecodeMinTilesPerCta;
+}
 
 // The sequence's 16-key tiles [first, last] and how many of the grid's CTAs share them: the
 // host sizes the grid for the longest sequence a graph may see; shorter ones use fewer CTAs
@@ -191,7 +201,8 @@ __device__ __forceinline__ KeyTiles KeyTilesOf(const PagedAttentionArgs& a, int 
   k.first = k.key_lo / kTileKeys;
   k.last = p_hi >= k.key_lo ? p_hi / kTileKeys : k.first - 1;
   const int tiles = k.last - k.first + 1;
-  k.ctas = min(a.decode_ctas_per_head, max(1, (tiles + kMinTilesPerCta - 1) / kMinTilesPerCta));
+  const int min_tiles = MinTilesPerCta(a);
+  k.ctas = min(a.decode_ctas_per_head, max(1, (tiles + min_tiles - 1) / min_tiles));
   return k;
 }
 
@@ -538,6 +549,13 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 template <bool kFp8, int kStages, bool kKeysAsM>
 cudaError_t LaunchForHeadDim(const PagedAttentionArgs& a, cudaStream_t stream) {
+  if constexpr (kStages == kDeepStages && kKeysAsM) {
+    if (a.decode_wide_ctas) {
+      constexpr int kW = kDecodeWideWarps;
+      return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages, kKeysAsM, kW>(a, stream)
+                              : LaunchDecode<128, kFp8, kStages, kKeysAsM, kW>(a, stream);
+    }
+  }
   if (a.head_dim == 64) return LaunchDecode<64, kFp8, kStages, kKeysAsM>(a, stream);
   if constexpr (kHasFourPerSmForm<128, kFp8, kStages, kKeysAsM>) {
     if (a.decode_four_ctas_per_sm) {

@@ -1,7 +1,10 @@
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -62,16 +65,27 @@ cublasStatus_t SetWorkspaceAndAlignments(cublasLtMatmulPreference_t pref, uint64
   return st;
 }
 
-// autotune: how many of the heuristic's candidates are timed.
-constexpr int kAutotuneCandidates = 8;
+// autotune: how many of the heuristic's candidates are timed, and how many of them get the
+// cluster variants below.
+constexpr int kAutotuneCandidates = 32;
+constexpr int kAutotuneClusterCandidates = 8;
 // autotune: the bf16 candidates are timed with these thread-block cluster shapes too. cuBLASLt's
 // M is our n (weight rows) and its N our m (tokens), so 1x2 pairs the CTAs of two token tiles
 // over one weight tile, whose loads a cluster can share, as at m = 256 two 128-token tiles read
 // every weight tile twice otherwise. Its heuristic does not always pick that: in the graphed
 // Qwen3-8B step at 256 rows (docs/benchmarks session 25) the gate_up kernel's name reads 1x2
-// (655 TFLOP/s), qkv's 2x1 (552), o's 1x2 too (504: a 128x64 tile). Not measured yet.
+// (655 TFLOP/s), qkv's 2x1 (552), o's 1x2 too (504: a 128x64 tile).
 constexpr uint16_t kClusterShapes[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
                                        CUBLASLT_CLUSTER_SHAPE_2x1x1};
+// autotune: at most this many further configurations (the tiles and stage counts each of the
+// heuristic's algorithms lists as capabilities, GemmRunner::ConfigVariants) per shape. The
+// heuristic ranks by a model: at m = 256 its picks leave the H200's 132 SMs partly idle on the
+// narrower projections (o: 128 CTAs of 128x64; docs/benchmarks session 25).
+constexpr size_t kAutotuneMaxConfigVariants = 384;
+// autotune: a candidate's timed launches each follow a write of this many bytes, which evicts the
+// weights from L2 (50 MB on an H200): in a step each matmul reads its weight from HBM, and a
+// candidate timed on an L2-resident weight looks faster than it will run.
+constexpr size_t kAutotuneL2FlushBytes = 128 << 20;
 
 // Whether `stream` is being captured into a graph, which records launches instead of running
 // them: no timing there.
@@ -81,22 +95,53 @@ absl::StatusOr<bool> Capturing(cudaStream_t stream) {
   return capture != cudaStreamCaptureStatusNone;
 }
 
-// An algorithm's id, tile, stages, split-K and cluster shape, for the autotune log line.
-std::string AlgoConfig(const cublasLtMatmulAlgo_t& algo) {
+// An algorithm's configuration attributes, for the autotune log line and to tell variants apart.
+struct AlgoSettings {
   int32_t id = 0, tile = 0, stages = 0, split_k = 1;
+  uint32_t swizzle = 0, custom = 0;
   uint16_t cluster = 0;
+
+  auto Tuple() const { return std::tie(id, tile, stages, split_k, swizzle, custom, cluster); }
+  bool operator<(const AlgoSettings& o) const { return Tuple() < o.Tuple(); }
+};
+
+AlgoSettings SettingsOf(const cublasLtMatmulAlgo_t& algo) {
+  AlgoSettings s;
   size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
-                                       &written);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                       sizeof(stages), &written);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
-                                       sizeof(split_k), &written);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
-                                       sizeof(cluster), &written);
-  return absl::StrCat("algo ", id, " tile ", tile, " stages ", stages, " splitk ", split_k,
-                      " cluster ", cluster);
+  const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto* value) {
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, value, sizeof(*value), &written);
+  };
+  get(CUBLASLT_ALGO_CONFIG_ID, &s.id);
+  get(CUBLASLT_ALGO_CONFIG_TILE_ID, &s.tile);
+  get(CUBLASLT_ALGO_CONFIG_STAGES_ID, &s.stages);
+  get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s.split_k);
+  get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &s.swizzle);
+  get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &s.custom);
+  get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &s.cluster);
+  return s;
+}
+
+std::string AlgoConfig(const cublasLtMatmulAlgo_t& algo) {
+  const AlgoSettings s = SettingsOf(algo);
+  return absl::StrCat("algo ", s.id, " tile ", s.tile, " stages ", s.stages, " splitk ",
+                      s.split_k, " cluster ", s.cluster);
+}
+
+// The values of an array capability of `algo` (tile or stage ids); empty when it lists none.
+std::vector<uint32_t> CapabilityIds(const cublasLtMatmulAlgo_t& algo,
+                                    cublasLtMatmulAlgoCapAttributes_t attribute) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, nullptr, 0, &bytes) !=
+          CUBLAS_STATUS_SUCCESS ||
+      bytes == 0) {
+    return {};
+  }
+  std::vector<uint32_t> ids(bytes / sizeof(uint32_t));
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, ids.data(), ids.size() * sizeof(uint32_t),
+                                        &bytes) != CUBLAS_STATUS_SUCCESS) {
+    return {};
+  }
+  return ids;
 }
 
 }  // namespace
@@ -125,6 +170,7 @@ GemmRunner::GemmRunner(const GemmOptions& options) : options_(options) {}
 
 GemmRunner::~GemmRunner() {
   plans_.clear();
+  if (l2_flush_ != nullptr) cudaFree(l2_flush_);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
@@ -222,51 +268,62 @@ absl::StatusOr<int> GemmRunner::FastestOf(
     const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results, const void* w,
     const void* x, void* out, cudaStream_t stream, absl::string_view label) {
   constexpr int kRuns = 3;
+  constexpr size_t kLoggedFastest = 6;
+  if (l2_flush_ == nullptr) RETURN_IF_CUDA_ERROR(cudaMalloc(&l2_flush_, kAutotuneL2FlushBytes));
   cudaEvent_t start = nullptr, stop = nullptr;
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&start));
   if (const cudaError_t err = cudaEventCreate(&stop); err != cudaSuccess) {
     cudaEventDestroy(start);
     RETURN_IF_CUDA_ERROR(err);
   }
-  int best = -1;
-  float best_ms = 0.0f;
   absl::Status status;
-  std::vector<std::string> timings;  // for the log line
+  std::vector<std::pair<float, int>> timed;  // (us per launch, index)
   for (size_t i = 0; i < results.size() && status.ok(); ++i) {
     auto run = [&] { return Launch(plan, results[i].algo, w, x, out, stream); };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run is skipped
-    cudaEventRecord(start, stream);
-    for (int r = 0; r < kRuns; ++r) run();
-    cudaEventRecord(stop, stream);
-    float ms = 0.0f;
-    const cudaError_t err = cudaEventSynchronize(stop);
-    if (err != cudaSuccess) {
-      status = absl::InternalError(absl::StrCat("Matmul autotune: ", cudaGetErrorString(err)));
-      break;
+    float total_ms = 0.0f;
+    for (int r = 0; r < kRuns && status.ok(); ++r) {
+      cudaMemsetAsync(l2_flush_, r, kAutotuneL2FlushBytes, stream);
+      cudaEventRecord(start, stream);
+      run();
+      cudaEventRecord(stop, stream);
+      float ms = 0.0f;
+      if (const cudaError_t err = cudaEventSynchronize(stop); err != cudaSuccess) {
+        status = absl::InternalError(absl::StrCat("Matmul autotune: ", cudaGetErrorString(err)));
+      }
+      cudaEventElapsedTime(&ms, start, stop);
+      total_ms += ms;
     }
-    cudaEventElapsedTime(&ms, start, stop);
-    if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
-    timings.push_back(absl::StrCat("#", i, " ", AlgoConfig(results[i].algo), " ",
-                                   absl::SixDigits(1e3 * ms / kRuns), " us"));
+    timed.emplace_back(1e3f * total_ms / kRuns, static_cast<int>(i));
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   RETURN_IF_ERROR(status);
-  spdlog::info("GEMM autotune {}: {}", std::string(label), absl::StrJoin(timings, ", "));
-  return best;
+  if (timed.empty()) return -1;
+  std::sort(timed.begin(), timed.end());
+  std::vector<std::string> fastest;  // for the log line
+  for (size_t j = 0; j < std::min(timed.size(), kLoggedFastest); ++j) {
+    const auto [us, i] = timed[j];
+    fastest.push_back(absl::StrCat("#", i, " ", AlgoConfig(results[static_cast<size_t>(i)].algo),
+                                   " ", absl::SixDigits(us), " us"));
+  }
+  const auto first = std::find_if(timed.begin(), timed.end(),
+                                  [](const std::pair<float, int>& t) { return t.second == 0; });
+  spdlog::info("GEMM autotune {}: {} of {} candidates ran; the heuristic's first {} us; fastest: {}",
+               std::string(label), timed.size(), results.size(),
+               first == timed.end() ? std::string("did not run")
+                                    : absl::StrCat(absl::SixDigits(first->first)),
+               absl::StrJoin(fastest, ", "));
+  return timed.front().second;
 }
 
 std::vector<cublasLtMatmulHeuristicResult_t> GemmRunner::ClusterVariants(
     const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results) {
   std::vector<cublasLtMatmulHeuristicResult_t> variants;
-  for (const cublasLtMatmulHeuristicResult_t& r : results) {
-    uint16_t current = 0;
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
-                                             &current, sizeof(current),
-                                             &written) != CUBLAS_STATUS_SUCCESS) {
-      continue;
-    }
+  const size_t count = std::min(results.size(), static_cast<size_t>(kAutotuneClusterCandidates));
+  for (size_t i = 0; i < count; ++i) {
+    const cublasLtMatmulHeuristicResult_t& r = results[i];
+    const uint16_t current = SettingsOf(r.algo).cluster;
     for (const uint16_t shape : kClusterShapes) {
       if (shape == current) continue;
       cublasLtMatmulHeuristicResult_t variant = r;
@@ -281,13 +338,49 @@ std::vector<cublasLtMatmulHeuristicResult_t> GemmRunner::ClusterVariants(
   return variants;
 }
 
+std::vector<cublasLtMatmulHeuristicResult_t> GemmRunner::ConfigVariants(
+    const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results) {
+  std::set<AlgoSettings> seen;
+  for (const cublasLtMatmulHeuristicResult_t& r : results) seen.insert(SettingsOf(r.algo));
+  std::set<int32_t> algo_ids;
+  std::vector<cublasLtMatmulHeuristicResult_t> variants;
+  for (const cublasLtMatmulHeuristicResult_t& r : results) {
+    if (!algo_ids.insert(SettingsOf(r.algo).id).second) continue;  // one algorithm's once
+    const std::vector<uint32_t> tiles = CapabilityIds(r.algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+    const std::vector<uint32_t> stages = CapabilityIds(r.algo, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    for (const uint32_t tile : tiles) {
+      for (const uint32_t stage : stages) {
+        for (const uint16_t shape : kClusterShapes) {
+          if (variants.size() >= kAutotuneMaxConfigVariants) return variants;
+          cublasLtMatmulHeuristicResult_t variant = r;
+          cublasLtMatmulAlgo_t& algo = variant.algo;
+          if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                                   sizeof(tile)) != CUBLAS_STATUS_SUCCESS ||
+              cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage,
+                                                   sizeof(stage)) != CUBLAS_STATUS_SUCCESS ||
+              cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                   &shape, sizeof(shape)) !=
+                  CUBLAS_STATUS_SUCCESS ||
+              !seen.insert(SettingsOf(algo)).second || !AlgoFits(plan, algo)) {
+            continue;
+          }
+          variants.push_back(variant);
+        }
+      }
+    }
+  }
+  return variants;
+}
+
 absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& c,
                                                                 const Plan& plan,
                                                                 cudaStream_t stream) {
   ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
                    Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kAutotuneCandidates));
-  const std::vector<cublasLtMatmulHeuristicResult_t> variants = ClusterVariants(plan, results);
-  results.insert(results.end(), variants.begin(), variants.end());
+  const std::vector<cublasLtMatmulHeuristicResult_t> clusters = ClusterVariants(plan, results);
+  const std::vector<cublasLtMatmulHeuristicResult_t> configs = ConfigVariants(plan, results);
+  results.insert(results.end(), clusters.begin(), clusters.end());
+  results.insert(results.end(), configs.begin(), configs.end());
   ASSIGN_OR_RETURN(const int best,
                    FastestOf(plan, results, c.w, c.x, c.out, stream,
                              absl::StrCat("bf16 m=", c.m, " n=", c.n, " k=", c.k)));

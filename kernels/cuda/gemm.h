@@ -95,12 +95,12 @@ struct GemmOptions {
   // GEMV launches use programmatic dependent launch (pdl.cuh): their first weight loads overlap
   // the previous kernel's tail.
   bool pdl = false;
-  // Time the heuristic's top candidates (bf16: each also with the other thread-block cluster
-  // shapes cuBLASLt accepts) on the call's own buffers the first time a shape family
-  // (n, k, layout; m by power-of-two bucket) is seen outside a graph capture, and keep the
-  // fastest (cuBLASLt's first pick is a model, not a measurement). Never in batch-invariant
-  // mode. The choice can differ between runs (timing noise), so bits may too. RunFp8 (W8A8)
-  // times its candidates likewise, per exact shape.
+  // Time the heuristic's top candidates (bf16: also with the other thread-block cluster shapes,
+  // tiles and stage counts cuBLASLt accepts, GemmRunner::ConfigVariants) on the call's own
+  // buffers the first time a shape family (n, k, layout; m by power-of-two bucket) is seen
+  // outside a graph capture, and keep the fastest (cuBLASLt's first pick is a model, not a
+  // measurement). Never in batch-invariant mode. The choice can differ between runs (timing
+  // noise), so bits may too. RunFp8 (W8A8) times its candidates likewise, per exact shape.
   bool autotune = false;
 };
 
@@ -149,16 +149,22 @@ class GemmRunner {
   absl::StatusOr<cublasLtMatmulAlgo_t> TunedAlgo(const GemmCall& call, const Key& key,
                                                 bool epilogue_bias, const Plan& plan,
                                                 cudaStream_t stream);
-  // autotune: `results` again with each other thread-block cluster shape of kClusterShapes that
-  // cuBLASLt accepts for `plan` (gemm.cc says why).
+  // autotune: the first kAutotuneClusterCandidates of `results` again with each other
+  // thread-block cluster shape of kClusterShapes that cuBLASLt accepts for `plan` (gemm.cc says
+  // why).
   std::vector<cublasLtMatmulHeuristicResult_t> ClusterVariants(
+      const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results);
+  // autotune: each algorithm of `results` once more with every tile, stage count and cluster
+  // shape its capabilities list that cuBLASLt accepts for `plan` and `results` lack (at most
+  // kAutotuneMaxConfigVariants).
+  std::vector<cublasLtMatmulHeuristicResult_t> ConfigVariants(
       const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& results);
   // autotune: the fastest of the candidates, timed on `call`'s buffers (which it overwrites).
   absl::StatusOr<cublasLtMatmulAlgo_t> TimeCandidates(const GemmCall& call, const Plan& plan,
                                                      cudaStream_t stream);
   // The index of the fastest of `results` over a few launches each on these buffers (out is
-  // overwritten); -1 when none could run. Not during a graph capture. Logs the timings, with
-  // `label` naming the shape.
+  // overwritten); -1 when none could run. Not during a graph capture. Each timed launch follows
+  // a write that evicts the weights from L2. Logs the fastest, with `label` naming the shape.
   absl::StatusOr<int> FastestOf(const Plan& plan,
                                 const std::vector<cublasLtMatmulHeuristicResult_t>& results,
                                 const void* w, const void* x, void* out, cudaStream_t stream,
@@ -167,6 +173,7 @@ class GemmRunner {
   GemmOptions options_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
+  void* l2_flush_ = nullptr;  // autotune: written between timed launches (FastestOf)
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
   std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket

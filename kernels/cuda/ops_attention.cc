@@ -281,7 +281,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                       aligned(q) && aligned(out) && batch.num_seqs > 0;
   if (decode) {
     // Enough CTAs for two per SM: (sequence, kv head) pairs, each split over up to 32 CTAs, but
-    // no more than the longest sequence can use (two 16-key tiles per warp of 4: KeyTilesOf in
+    // no more than the longest sequence can use (min_tiles per CTA: KeyTilesOf in
     // decode_attention.cu).
     // Keys as the MMAs' M dimension when the kv head's query heads fit its 8 rows; sequences
     // with more new rows than that then go to the CUDA-core kernel.
@@ -291,6 +291,10 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     args.decode_four_ctas_per_sm = options_.decode_attention_four_ctas_per_sm;
     args.decode_kv_heads_first = options_.decode_attention_kv_heads_first;
     const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
+    args.decode_wide_ctas =
+        args.decode_keys_as_m && pairs <= options_.decode_attention_wide_max_pairs;
+    const int64_t min_tiles =
+        args.decode_wide_ctas ? kDecodeWideMinTilesPerCta : kDecodeMinTilesPerCta;
     // A sliding window bounds the keys of every row this kernel takes (at most decode_max_rows /
     // group new rows per sequence), whatever the context: a decode graph planned for the model's
     // whole context then still sizes a window layer's split by the window.
@@ -306,8 +310,9 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
         tiles <= kDecodeOneCtaTiles
             ? 1
             : std::clamp<int64_t>(
-                  std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs, (tiles + 7) / 8), 1,
-                  32);
+                  std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs,
+                           (tiles + min_tiles - 1) / min_tiles),
+                  1, 32);
     if (ctas > 1) {
       const int64_t floats = DecodePartialFloats(batch.num_seqs, static_cast<int>(kv_heads),
                                                  static_cast<int>(head_dim), static_cast<int>(ctas));

@@ -189,7 +189,14 @@ TEST_P(CudaAttention, MatchesCpu) {
                                      .decode_attention = true,
                                      .decode_attention_keys_as_m = true,
                                      .decode_attention_four_ctas_per_sm = true,
-                                     .decode_attention_kv_heads_first = true}}}) {
+                                     .decode_attention_kv_heads_first = true}},
+        // ... in CTAs of 8 warps of at least 512 keys each, whatever the step's size.
+        std::pair{"keys as M, wide CTAs, kv heads first",
+                  CudaBackendOptions{.device = 0, .check_each_op = true,
+                                     .decode_attention = true,
+                                     .decode_attention_keys_as_m = true,
+                                     .decode_attention_kv_heads_first = true,
+                                     .decode_attention_wide_max_pairs = 1 << 20}}}) {
     // What the step tells the backend: nothing, its longest chunk, or every chunk length (the
     // batch builder's mask): the kernels it may skip follow from those.
     uint32_t mask = 0;

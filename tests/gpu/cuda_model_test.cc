@@ -337,8 +337,9 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
 // they compute: decode steps replayed from graphs with it equal direct steps without it, bit for
 // bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention); so does
 // SiluMul as the gate_up GEMV's epilogue (--fuse-silu-gemv).
-// Also with the decode attention's keys as M (--decode-attention-keys-as-m) and a sequence's kv
-// heads adjacent in its grid (--decode-attention-kv-heads-first).
+// Also with the decode attention's keys as M (--decode-attention-keys-as-m), a sequence's kv
+// heads adjacent in its grid (--decode-attention-kv-heads-first) and its 8-warp CTAs at small
+// batches (--decode-attention-wide-max-pairs).
 TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
   for (const bool keys_as_m : {false, true}) {
     SCOPED_TRACE(keys_as_m ? "keys as M" : "rows as M");
@@ -348,6 +349,8 @@ TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
                                                   .decode_attention = true,
                                                   .decode_attention_keys_as_m = keys_as_m,
                                                   .decode_attention_kv_heads_first = keys_as_m,
+                                                  .decode_attention_wide_max_pairs =
+                                                      keys_as_m ? 64 : 0,
                                                   .fuse_qk_norm_rope = true};
     kernels::cuda::CudaBackendOptions with_pdl = plain;
     with_pdl.pdl = true;
