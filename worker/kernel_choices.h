@@ -66,9 +66,10 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
       ->capture_default_str();
   app.add_option("--decode-attention-wide-max-pairs", k.decode_wide_max_pairs,
                  "cuda, experimental, with --decode-attention-keys-as-m: steps of at most this "
-                 "many (sequence, kv head) pairs run CTAs of 8 warps that each take 512 keys "
-                 "before the keys spread over more CTAs, so short contexts need no merge kernel "
-                 "(Qwen3-8B has 8 kv heads: 8 pairs per sequence); 0: never")
+                 "many (sequence, kv head) pairs, and at least half as many as the GPU has SMs, "
+                 "run CTAs of 8 warps that each take 512 keys before the keys spread over more "
+                 "CTAs, so short contexts need no merge kernel (Qwen3-8B has 8 kv heads: 8 "
+                 "pairs per sequence); 0: never")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app.add_option("--fuse-qk-norm-rope", k.fuse_qk_norm_rope,

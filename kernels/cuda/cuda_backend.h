@@ -69,10 +69,14 @@ struct CudaBackendOptions {
   // ... with a sequence's kv heads adjacent in the grid, so that they read the cache's rows at
   // about the same time.
   bool decode_attention_kv_heads_first = false;
-  // ... with the keys as M, for steps of at most this many (sequence, kv head) pairs, in CTAs of
-  // 8 warps that take 512 keys before the keys spread over more CTAs (attention.h,
-  // PagedAttentionArgs::decode_wide_ctas); 0: never.
+  // ... with the keys as M, for steps of at most this many (sequence, kv head) pairs (and at
+  // least decode_attention_wide_min_pairs), in CTAs of 8 warps that take 512 keys before the keys spread over
+  // more CTAs (attention.h, PagedAttentionArgs::decode_wide_ctas); 0: never.
   int64_t decode_attention_wide_max_pairs = 0;
+  // ... and from this many pairs; -1: half the SMs. The wide form's CTAs take an SM each: with
+  // fewer pairs the split over more, smaller CTAs reads faster (Qwen3-8B on an H200 at b=1:
+  // 4.55 -> 4.90 ms wide, docs/benchmarks session 26). Tests set 0 to reach it with few pairs.
+  int64_t decode_attention_wide_min_pairs = -1;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
   // MatmulSiluMul at one row as one GEMV with SiluMul as its epilogue (gemv.h, GemvArgs::glu)

@@ -291,8 +291,11 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     args.decode_four_ctas_per_sm = options_.decode_attention_four_ctas_per_sm;
     args.decode_kv_heads_first = options_.decode_attention_kv_heads_first;
     const int64_t pairs = int64_t{batch.num_seqs} * kv_heads;
-    args.decode_wide_ctas =
-        args.decode_keys_as_m && pairs <= options_.decode_attention_wide_max_pairs;
+    const int64_t wide_min_pairs = options_.decode_attention_wide_min_pairs >= 0
+                                       ? options_.decode_attention_wide_min_pairs
+                                       : (sm_count_ + 1) / 2;
+    args.decode_wide_ctas = args.decode_keys_as_m && pairs >= wide_min_pairs &&
+                            pairs <= options_.decode_attention_wide_max_pairs;
     const int64_t min_tiles =
         args.decode_wide_ctas ? kDecodeWideMinTilesPerCta : kDecodeMinTilesPerCta;
     // A sliding window bounds the keys of every row this kernel takes (at most decode_max_rows /

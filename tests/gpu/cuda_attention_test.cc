@@ -196,7 +196,8 @@ TEST_P(CudaAttention, MatchesCpu) {
                                      .decode_attention = true,
                                      .decode_attention_keys_as_m = true,
                                      .decode_attention_kv_heads_first = true,
-                                     .decode_attention_wide_max_pairs = 1 << 20}}}) {
+                                     .decode_attention_wide_max_pairs = 1 << 20,
+                                     .decode_attention_wide_min_pairs = 0}}}) {
     // What the step tells the backend: nothing, its longest chunk, or every chunk length (the
     // batch builder's mask): the kernels it may skip follow from those.
     uint32_t mask = 0;

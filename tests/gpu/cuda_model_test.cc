@@ -351,6 +351,7 @@ TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
                                                   .decode_attention_kv_heads_first = keys_as_m,
                                                   .decode_attention_wide_max_pairs =
                                                       keys_as_m ? 64 : 0,
+                                                  .decode_attention_wide_min_pairs = 0,
                                                   .fuse_qk_norm_rope = true};
     kernels::cuda::CudaBackendOptions with_pdl = plain;
     with_pdl.pdl = true;
