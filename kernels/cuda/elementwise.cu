@@ -150,7 +150,26 @@ cudaError_t ConvertFrom(const TSrc* src, void* dst, ElemType dst_type, int64_t n
   return cudaGetLastError();
 }
 
+__global__ void __launch_bounds__(kThreads)
+    ReadSweepKernel(const uint4* data, int64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kThreads) {
+    const uint4 v = data[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // a use of the loads the compiler cannot drop
+}
+
 }  // namespace
+
+cudaError_t LaunchReadSweep(const void* data, int64_t bytes, uint32_t* sink,
+                            cudaStream_t stream) {
+  const int64_t n = bytes / 16;
+  if (n == 0) return cudaSuccess;
+  ReadSweepKernel<<<BlocksFor(n), kThreads, 0, stream>>>(static_cast<const uint4*>(data), n, sink);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchAdd(const RowsView& a, const RowsView& b, const RowsView& out,
                       cudaStream_t stream) {

@@ -36,5 +36,9 @@ cudaError_t LaunchGatherRows(const RowsView& x, const int32_t* idx, const RowsVi
 // n contiguous elements, converted between float types (src_type != dst_type).
 cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,
                           int64_t n, cudaStream_t stream);
+// Reads `bytes` (a multiple of 16, 16-byte aligned) of `data` and discards them (a word may land
+// in `sink`): fills L2 with clean lines, evicting what was there without write-backs, so a
+// kernel timed next reads its operands from HBM as it would in a model's step (GEMM autotune).
+cudaError_t LaunchReadSweep(const void* data, int64_t bytes, uint32_t* sink, cudaStream_t stream);
 
 }  // namespace xserv::kernels::cuda
