@@ -20,7 +20,6 @@ struct KernelChoices {
   bool decode_four_ctas_per_sm = true;  // ... sized 4 per SM at large batches
   bool decode_kv_heads_first = true;   // ... a sequence's kv heads adjacent in the grid
   int decode_wide_max_pairs = 256;     // ... 8-warp CTAs of 512 keys up to this many pairs
-  bool decode_cluster_merge = false;   // ... split keys merged in thread-block clusters
   bool fuse_qk_norm_rope = true;   // q/k norms, rotary and the KV write as one kernel
   bool fuse_silu_gemv = false;     // SiluMul as the single-row gate_up GEMV's epilogue
   bool fuse_moe_norm = false;      // the MXFP4 experts' combine formed inside the next norm
@@ -73,12 +72,6 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "b=16 5.39 -> 5.14 ms a step, b=32 5.76 -> 5.71, b=64 6.26 -> 6.72, "
                  "docs/benchmarks session 26); 0: never")
       ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  app.add_option("--decode-attention-cluster-merge", k.decode_cluster_merge,
-                 "cuda, experimental, with --decode-attention-keys-as-m: where a sequence's keys "
-                 "are split over CTAs (small batches), the CTAs merge their states in "
-                 "thread-block clusters of up to 8 through distributed shared memory instead of "
-                 "a second kernel (splits above 8 CTAs are rounded to whole clusters)")
       ->capture_default_str();
   app.add_option("--fuse-qk-norm-rope", k.fuse_qk_norm_rope,
                  "cuda: q/k norms, rotary embedding and the KV write as one kernel per layer "
@@ -186,7 +179,6 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .decode_attention_four_ctas_per_sm = k.decode_four_ctas_per_sm,
           .decode_attention_kv_heads_first = k.decode_kv_heads_first,
           .decode_attention_wide_max_pairs = k.decode_wide_max_pairs,
-          .decode_attention_cluster_merge = k.decode_cluster_merge,
           .fuse_qk_norm_rope = k.fuse_qk_norm_rope,
           .fuse_silu_gemv = k.fuse_silu_gemv,
           .fuse_moe_norm = k.fuse_moe_norm,

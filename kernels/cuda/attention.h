@@ -76,12 +76,6 @@ struct PagedAttentionArgs {
   // kDecodeMinTilesPerCta): for steps of few (sequence, kv head) pairs, whose short contexts then
   // need no partial states and no merge (decode_attention.cu says why).
   bool decode_wide_ctas = false;
-  // ... the CTAs that share a (sequence, kv head)'s keys, in thread-block clusters of up to
-  // kDecodeClusterCtas, merge their states through distributed shared memory, the first CTA of a
-  // cluster finishing the rows (decode_attention.cu says why); decode_ctas_per_head must then be
-  // at most kDecodeClusterCtas or a multiple of it, and the merge kernel runs only above it, over
-  // one state per cluster. For the keys as M with the deep ring; others ignore it.
-  bool decode_cluster_merge = false;
   bool pdl = false;  // the decode kernels launch with programmatic dependent launch (pdl.cuh)
 };
 
@@ -126,9 +120,6 @@ inline constexpr int kDecodeOneCtaTiles = 12;
 inline constexpr int kDecodeMinTilesPerCta = 8;
 inline constexpr int kDecodeWideWarps = 8;
 inline constexpr int kDecodeWideMinTilesPerCta = 32;
-// The largest thread-block cluster of PagedAttentionArgs::decode_cluster_merge (the portable
-// limit).
-inline constexpr int kDecodeClusterCtas = 8;
 bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads);
 // Partial-state floats LaunchDecodeAttention needs for `ctas` CTAs per (sequence, kv head).
 int64_t DecodePartialFloats(int num_seqs, int kv_heads, int head_dim, int ctas);

@@ -77,10 +77,6 @@ struct CudaBackendOptions {
   // fewer pairs the split over more, smaller CTAs reads faster (Qwen3-8B on an H200 at b=1:
   // 4.55 -> 4.90 ms wide, docs/benchmarks session 26). Tests set 0 to reach it with few pairs.
   int64_t decode_attention_wide_min_pairs = -1;
-  // ... where the keys of a (sequence, kv head) are split over CTAs (the deep ring, not the wide
-  // form), those CTAs merge their states in thread-block clusters through distributed shared
-  // memory instead of a second kernel (PagedAttentionArgs::decode_cluster_merge).
-  bool decode_attention_cluster_merge = false;
   // QkNormRopeWriteKv as one kernel (qk_norm_rope.cu) instead of the five separate ops.
   bool fuse_qk_norm_rope = false;
   // MatmulSiluMul at one row as one GEMV with SiluMul as its epilogue (gemv.h, GemvArgs::glu)

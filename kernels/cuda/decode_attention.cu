@@ -34,8 +34,6 @@
 // the tile's rows, at most kDecodeKeysAsMRows, as the MMAs' N: half the MMAs and accumulators
 // when a kv head has few query heads (Qwen3-8B FP8 at 256 rows: 4.0 -> 3.0 ms of attention per
 // step, docs/benchmarks session 24).
-#include <cooperative_groups.h>
-
 #include <algorithm>
 
 #include "kernels/cuda/attention.h"
@@ -136,16 +134,9 @@ struct RowState {
   float acc[kDims] = {};
 
   __device__ void MergeRecords(const float* rec, int count, int64_t stride, int d0) {
-    MergeRecordsAt([&](int i) { return rec + i * stride; }, count, d0);
-  }
-
-  // The same over records wherever they are: record_at(i) points at record i (another CTA's
-  // shared memory in a cluster).
-  template <typename RecordAt>
-  __device__ void MergeRecordsAt(RecordAt record_at, int count, int d0) {
-    for (int i = 0; i < count; ++i) m = fmaxf(m, record_at(i)[0]);
+    for (int i = 0; i < count; ++i) m = fmaxf(m, rec[i * stride]);
     for (int i = 0; i < count; ++i) {
-      const float* r = record_at(i);
+      const float* r = rec + i * stride;
       const float f = r[0] == -INFINITY ? 0.0f : expf(r[0] - m);
       l = (isnan(l) || isnan(r[1])) ? NaN() : l + r[1] * f;
 #pragma unroll
@@ -221,9 +212,7 @@ __device__ __forceinline__ float* PartialsOf(const PagedAttentionArgs& a, int s,
          ((static_cast<int64_t>(s) * a.kv_heads + kvh) * a.decode_ctas_per_head) * kRows * record;
 }
 
-// kCluster (PagedAttentionArgs::decode_cluster_merge): the grid's z runs in thread-block clusters
-// whose CTAs merge their states through distributed shared memory (the end of the kernel).
-template <int kDim, bool kFp8, int kStages, bool kKeysAsM, int kCtaWarps, bool kCluster>
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM, int kCtaWarps>
 __global__ void __launch_bounds__(kCtaWarps * kWarpSize,
                                   (kMinCtasPerSm<kFp8, kStages, kKeysAsM>))
     DecodeAttentionKernel(const __grid_constant__ PagedAttentionArgs a) {
@@ -248,14 +237,7 @@ __global__ void __launch_bounds__(kCtaWarps * kWarpSize,
   const int seq_len = a.seq_lens[s], context = seq_len - q_len;
   const int p_hi = seq_len - 1;
   const KeyTiles tiles = KeyTilesOf(a, seq_len, q_len);
-  if (z >= tiles.ctas) {  // uniform; the merge does not read this CTA
-    PdlWait();
-    if constexpr (kCluster) {  // but its cluster's barriers count it (the two at the end)
-      cooperative_groups::this_cluster().sync();
-      cooperative_groups::this_cluster().sync();
-    }
-    return;
-  }
+  if (z >= tiles.ctas) return PdlWait();  // uniform; the merge does not read this CTA
   const int key_lo = tiles.key_lo;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q4 = lane % 4;
@@ -506,35 +488,6 @@ __global__ void __launch_bounds__(kCtaWarps * kWarpSize,
   }
   __syncthreads();
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
-  if constexpr (kCluster) {
-    // Each CTA's rows merged over its warps, then the cluster's first CTA merges the CTAs that
-    // had keys, in rank order, reading their shared memory: no partial states through L2 and no
-    // second kernel while the keys fit one cluster. Every thread reaches both barriers.
-    static_assert((kCtaWarps + 1) * kRows * kRecord * 4 <= kCtaWarps * L::kWarpBytes);
-    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const int size = static_cast<int>(cluster.num_blocks());
-    float* merged = states + kCtaWarps * kRows * kRecord;  // [kRows][kRecord]
-    if (row < rows) {
-      RowState<kDim> st;
-      st.MergeRecords(states + row * kRecord, kCtaWarps, int64_t{kRows} * kRecord, d0);
-      st.Store(merged + row * kRecord, d0);
-    }
-    cluster.sync();  // release / acquire: the merged rows are visible across the cluster
-    if (cluster.block_rank() == 0 && row < rows) {
-      const int count = min(size, tiles.ctas - z);  // this cluster's CTAs with keys
-      RowState<kDim> st;
-      st.MergeRecordsAt(
-          [&](int i) { return cluster.map_shared_rank(merged, i) + row * kRecord; }, count, d0);
-      if (tiles.ctas <= size) {
-        st.Finish(a, s, kvh, row, d0);
-      } else {  // one state per cluster for the merge kernel
-        st.Store(PartialsOf(a, s, kvh, kRecord) + (int64_t{z / size} * kRows + row) * kRecord,
-                 d0);
-      }
-    }
-    cluster.sync();  // the other CTAs' shared memory stays until the first has read it
-    return;
-  }
   if (row >= rows) return;  // no output (keys as M: no record past kDecodeKeysAsMRows either)
   RowState<kDim> st;
   st.MergeRecords(states + row * kRecord, kCtaWarps, int64_t{kRows} * kRecord, d0);
@@ -556,24 +509,18 @@ __global__ void __launch_bounds__(kThreads)
   const int q_len = a.query_start[s + 1] - a.query_start[s];
   if (!DecodeRows(a, q_len)) return;
   const KeyTiles tiles = KeyTilesOf(a, a.seq_lens[s], q_len);
-  // With cluster merges one state per cluster of kDecodeClusterCtas (the launch's cluster size
-  // whenever this kernel runs).
-  const int records = a.decode_cluster_merge
-                          ? (tiles.ctas + kDecodeClusterCtas - 1) / kDecodeClusterCtas
-                          : tiles.ctas;
-  if (records == 1) return;
+  if (tiles.ctas == 1) return;
   const int row = threadIdx.x / 8, d0 = (threadIdx.x % 8) * (kDim / 8);
   if (row >= q_len * (a.heads / a.kv_heads)) return;  // no output, and maybe no record
   RowState<kDim> st;
-  st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, records,
+  st.MergeRecords(PartialsOf(a, s, kvh, kRecord) + row * kRecord, tiles.ctas,
                   int64_t{kRows} * kRecord, d0);
   st.Finish(a, s, kvh, row, d0);
 }
 
-template <int kDim, bool kFp8, int kStages, bool kKeysAsM, int kCtaWarps = kWarps,
-          bool kCluster = false>
+template <int kDim, bool kFp8, int kStages, bool kKeysAsM, int kCtaWarps = kWarps>
 cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages, kKeysAsM, kCtaWarps, kCluster>;
+  constexpr auto kernel = DecodeAttentionKernel<kDim, kFp8, kStages, kKeysAsM, kCtaWarps>;
   constexpr int64_t kSmem = Layout<kDim, kFp8, kStages, kCtaWarps>::kBytes;
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(kSmem); err != cudaSuccess) {
     return err;
@@ -588,14 +535,12 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
   const auto seqs = static_cast<unsigned>(a.num_seqs), heads = static_cast<unsigned>(a.kv_heads);
   const dim3 grid(a.decode_kv_heads_first ? heads : seqs, a.decode_kv_heads_first ? seqs : heads,
                   ctas);
-  const unsigned cluster = kCluster ? std::min<unsigned>(ctas, kDecodeClusterCtas) : 1;
-  if (const cudaError_t err =
-          LaunchMaybePdlInClusters(kernel, grid, kCtaWarps * kWarpSize, static_cast<size_t>(kSmem),
-                                   stream, a.pdl, dim3(1, 1, cluster), a);
+  if (const cudaError_t err = LaunchMaybePdl(kernel, grid, kCtaWarps * kWarpSize,
+                                             static_cast<size_t>(kSmem), stream, a.pdl, a);
       err != cudaSuccess) {
     return err;
   }
-  if (ctas > cluster) {
+  if (ctas > 1) {
     const dim3 merge_grid(grid.x, grid.y);
     return LaunchMaybePdl(MergeDecodeKernel<kDim>, merge_grid, kThreads, 0, stream, a.pdl, a);
   }
@@ -605,10 +550,6 @@ cudaError_t LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
 template <bool kFp8, int kStages, bool kKeysAsM>
 cudaError_t LaunchForHeadDim(const PagedAttentionArgs& a, cudaStream_t stream) {
   if constexpr (kStages == kDeepStages && kKeysAsM) {
-    if (a.decode_cluster_merge) {  // LaunchDecodeAttention: not with the wide form
-      return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages, kKeysAsM, kWarps, true>(a, stream)
-                              : LaunchDecode<128, kFp8, kStages, kKeysAsM, kWarps, true>(a, stream);
-    }
     if (a.decode_wide_ctas) {
       constexpr int kW = kDecodeWideWarps;
       return a.head_dim == 64 ? LaunchDecode<64, kFp8, kStages, kKeysAsM, kW>(a, stream)
@@ -658,15 +599,6 @@ cudaError_t LaunchDecodeAttention(const PagedAttentionArgs& args, cudaStream_t s
   // The kv heads first puts the sequences on the grid's y, which holds at most 65535.
   PagedAttentionArgs a = args;
   a.decode_kv_heads_first = args.decode_kv_heads_first && args.num_seqs <= 65535;
-  // Cluster merges where the kernel has them (the keys as M, the deep ring, not the wide form) and
-  // the keys are split at all; the merge kernel reads the same flag, so it is settled here.
-  const bool deep = int64_t{a.num_seqs} * a.kv_heads < kShallowMinPairs;
-  a.decode_cluster_merge = args.decode_cluster_merge && a.decode_keys_as_m && deep &&
-                           !a.decode_wide_ctas && a.decode_ctas_per_head > 1;
-  if (a.decode_cluster_merge && a.decode_ctas_per_head > kDecodeClusterCtas &&
-      a.decode_ctas_per_head % kDecodeClusterCtas != 0) {
-    return cudaErrorInvalidValue;
-  }
   if (a.decode_keys_as_m) {
     return fp8 ? LaunchForStages<true, true>(a, stream) : LaunchForStages<false, true>(a, stream);
   }

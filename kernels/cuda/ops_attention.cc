@@ -309,18 +309,13 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
     const int64_t tiles = (keys + 15) / 16 + 1;
     // Up to kDecodeOneCtaTiles tiles one CTA takes them all (at most 3 per warp): no split to
     // merge, so no second kernel (gpt-oss's 128-key windows).
-    int64_t ctas =
+    const int64_t ctas =
         tiles <= kDecodeOneCtaTiles
             ? 1
             : std::clamp<int64_t>(
                   std::min((2 * std::max(sm_count_, 1) + pairs - 1) / pairs,
                            (tiles + min_tiles - 1) / min_tiles),
                   1, 32);
-    // Cluster merges take splits of at most a cluster, or whole clusters.
-    args.decode_cluster_merge = options_.decode_attention_cluster_merge;
-    if (args.decode_cluster_merge && ctas > kDecodeClusterCtas) {
-      ctas = (ctas + kDecodeClusterCtas - 1) / kDecodeClusterCtas * kDecodeClusterCtas;
-    }
     if (ctas > 1) {
       const int64_t floats = DecodePartialFloats(batch.num_seqs, static_cast<int>(kv_heads),
                                                  static_cast<int>(head_dim), static_cast<int>(ctas));

@@ -55,39 +55,20 @@ __device__ __forceinline__ void PdlBegin() {
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
 // when `pdl` (the kernel must keep the contract above).
-// As LaunchMaybePdl, in thread-block clusters of `cluster` CTAs (the grid a multiple of it; one
-// CTA per cluster: plain CTAs).
 template <typename... Params, typename... Args>
-cudaError_t LaunchMaybePdlInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                     cudaStream_t stream, bool pdl, dim3 cluster,
-                                     Args&&... args) {
-  cudaLaunchAttribute attributes[2] = {};
-  unsigned count = 0;
-  if (pdl) {
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster.x * cluster.y * cluster.z > 1) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = cluster.x;
-    attributes[count].val.clusterDim.y = cluster.y;
-    attributes[count++].val.clusterDim.z = cluster.z;
-  }
+cudaError_t LaunchMaybePdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = count > 0 ? attributes : nullptr;
-  config.numAttrs = count;
+  config.attrs = pdl ? &attribute : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-template <typename... Params, typename... Args>
-cudaError_t LaunchMaybePdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                           cudaStream_t stream, bool pdl, Args&&... args) {
-  return LaunchMaybePdlInClusters(kernel, grid, block, smem, stream, pdl, dim3(1, 1, 1),
-                                  std::forward<Args>(args)...);
 }
 
 }  // namespace xserv::kernels::cuda

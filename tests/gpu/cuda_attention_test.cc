@@ -197,15 +197,7 @@ TEST_P(CudaAttention, MatchesCpu) {
                                      .decode_attention_keys_as_m = true,
                                      .decode_attention_kv_heads_first = true,
                                      .decode_attention_wide_max_pairs = 1 << 20,
-                                     .decode_attention_wide_min_pairs = 0}},
-        // ... with split keys merged in thread-block clusters (splits over 8 CTAs: per cluster,
-        // then by the merge kernel).
-        std::pair{"keys as M, cluster merges, kv heads first",
-                  CudaBackendOptions{.device = 0, .check_each_op = true,
-                                     .decode_attention = true,
-                                     .decode_attention_keys_as_m = true,
-                                     .decode_attention_kv_heads_first = true,
-                                     .decode_attention_cluster_merge = true}}}) {
+                                     .decode_attention_wide_min_pairs = 0}}}) {
     // What the step tells the backend: nothing, its longest chunk, or every chunk length (the
     // batch builder's mask): the kernels it may skip follow from those.
     uint32_t mask = 0;

@@ -338,9 +338,8 @@ TEST_P(CudaModel, DecodeGraphsEqualDirectSteps) {
 // bit, on the production kernels (GEMV at one row, fused q/k norm, decode attention); so does
 // SiluMul as the gate_up GEMV's epilogue (--fuse-silu-gemv).
 // Also with the decode attention's keys as M (--decode-attention-keys-as-m), a sequence's kv
-// heads adjacent in its grid (--decode-attention-kv-heads-first), its 8-warp CTAs from half the
-// SMs' count of pairs (--decode-attention-wide-max-pairs) and its split keys merged in clusters
-// (--decode-attention-cluster-merge).
+// heads adjacent in its grid (--decode-attention-kv-heads-first) and its 8-warp CTAs at small
+// batches (--decode-attention-wide-max-pairs).
 TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
   for (const bool keys_as_m : {false, true}) {
     SCOPED_TRACE(keys_as_m ? "keys as M" : "rows as M");
@@ -351,8 +350,8 @@ TEST_P(CudaModel, DecodeGraphsWithPdlEqualDirectStepsWithout) {
                                                   .decode_attention_keys_as_m = keys_as_m,
                                                   .decode_attention_kv_heads_first = keys_as_m,
                                                   .decode_attention_wide_max_pairs =
-                                                      keys_as_m ? 256 : 0,
-                                                  .decode_attention_cluster_merge = keys_as_m,
+                                                      keys_as_m ? 64 : 0,
+                                                  .decode_attention_wide_min_pairs = 0,
                                                   .fuse_qk_norm_rope = true};
     kernels::cuda::CudaBackendOptions with_pdl = plain;
     with_pdl.pdl = true;
