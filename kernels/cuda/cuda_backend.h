@@ -70,8 +70,8 @@ struct CudaBackendOptions {
   // about the same time.
   bool decode_attention_kv_heads_first = false;
   // ... with the keys as M, for steps of at most this many (sequence, kv head) pairs (and at
-  // least decode_attention_wide_min_pairs), in CTAs of 8 warps that take 512 keys before the keys spread over
-  // more CTAs (attention.h, PagedAttentionArgs::decode_wide_ctas); 0: never.
+  // least decode_attention_wide_min_pairs), in CTAs of 8 warps that take 512 keys before the
+  // keys spread over more CTAs (attention.h, PagedAttentionArgs::decode_wide_ctas); 0: never.
   int64_t decode_attention_wide_max_pairs = 0;
   // ... and from this many pairs; -1: half the SMs. The wide form's CTAs take an SM each: with
   // fewer pairs the split over more, smaller CTAs reads faster (Qwen3-8B on an H200 at b=1:
