@@ -91,25 +91,20 @@ struct WorkerFlags {
   double comm_timeout_s = 300;
 };
 
-// --max-num-batched-tokens 0: 8192 tokens a step on a GPU of at least 70 GiB, else 2048, as
-// vLLM's server picks (its usage-context defaults). On one H200, Qwen3-8B bf16 served 128 in /
-// 512 out at 256 concurrent requests: 18,430 -> 18,799 output tok/s and ITL p99 57 -> 24 ms
-// with 8192 (the prompts of a wave take 4 mixed steps instead of 16), TTFT p50 231 -> 602 ms,
-// p90 the same (docs/benchmarks session 26).
+// --max-num-batched-tokens as given, or for 0 engine::DefaultStepTokenBudget of this worker's
+// device (the first visible one; none on the CPU backend).
 int StepTokenBudget(const WorkerFlags& f) {
-  constexpr int kSmallBudget = 2048, kLargeBudget = 8192;
-  constexpr size_t kLargeDeviceBytes = size_t{70} << 30;
   if (f.max_num_batched_tokens > 0) return f.max_num_batched_tokens;
+  uint64_t device_bytes = 0;
 #if XSERV_HAVE_CUDA
   if (f.backend == "cuda") {
     const absl::StatusOr<cuda::RuntimeInfo> runtime = cuda::QueryRuntime();
-    if (runtime.ok() && !runtime->devices.empty() &&
-        runtime->devices.front().total_memory_bytes >= kLargeDeviceBytes) {
-      return kLargeBudget;
+    if (runtime.ok() && !runtime->devices.empty()) {
+      device_bytes = runtime->devices.front().total_memory_bytes;
     }
   }
 #endif
-  return kSmallBudget;
+  return engine::DefaultStepTokenBudget(device_bytes);
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {

@@ -5,6 +5,11 @@
 
 namespace xserv::engine {
 
+int32_t DefaultStepTokenBudget(uint64_t device_bytes) {
+  constexpr uint64_t kLargeDeviceBytes = uint64_t{70} << 30;
+  return device_bytes >= kLargeDeviceBytes ? 8192 : 2048;
+}
+
 absl::Status SchedulerConfig::Validate() const {
   RETURN_IF_ERROR(blocks.Validate());
   if (max_num_seqs < 1) return absl::InvalidArgumentError("max_num_seqs must be >= 1");

@@ -45,6 +45,16 @@ TEST(SchedulerConfig, RejectsBadValues) {
   EXPECT_FALSE(Scheduler::Create(c, &clock).ok());
 }
 
+// --max-num-batched-tokens 0: vLLM's split by device memory (8192 from 70 GiB: H100, H200).
+TEST(SchedulerConfig, DefaultStepTokenBudgetFollowsDeviceMemory) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_EQ(DefaultStepTokenBudget(0), 2048);  // the CPU backend
+  EXPECT_EQ(DefaultStepTokenBudget(24 * kGiB), 2048);
+  EXPECT_EQ(DefaultStepTokenBudget(70 * kGiB - 1), 2048);
+  EXPECT_EQ(DefaultStepTokenBudget(70 * kGiB), 8192);
+  EXPECT_EQ(DefaultStepTokenBudget(uint64_t{150} * kGiB), 8192);  // an H200's 139.8
+}
+
 TEST(Scheduler, AddRequestValidates) {
   ManualClock clock;
   SchedulerConfig c = RoomyConfig();
