@@ -11,8 +11,8 @@
 // decode_kv_heads_first (SequenceOf). A CTA of 4 warps (3 in the four-per-SM form, 8 in the
 // wide form, below); the sequence's keys are cut into 16-key tiles dealt round robin to the
 // P' x 4 warps, P' <= P the CTAs its length needs (at least 8 tiles per CTA, 32 in the wide
-// form). The host sizes P for the longest sequence a
-// graph may see, bounded by a sliding window, and gives up to kDecodeOneCtaTiles tiles one CTA.
+// form). The host sizes P for the longest sequence a graph may see, bounded by a sliding window,
+// and gives up to kDecodeOneCtaTiles tiles one CTA.
 // Each warp streams its tiles through a 2- or 3-stage cp.async ring (by grid size, below) in its
 // own shared memory (no CTA barrier in the loop), and per tile
 //   S = Q K^T   2 n8 x (head_dim / 16) m16n8k16 MMAs, scaled to log2 units and masked (causal +
@@ -174,13 +174,16 @@ struct RowState {
   }
 };
 
-// The wide form (PagedAttentionArgs::decode_wide_ctas): at one sequence a step's attention is a
-// chain of dependent loads in a few CTAs, and with the keys of a ~400-key context split over 4
-// CTAs the merge kernel after them (their partial states' round trip through L2) cost about as
-// much again (docs/benchmarks sessions 20-22: 7.2 + 5.3 us per layer). CTAs of 8 warps with the
-// deep ring take 512 keys alone (24 tiles in flight per CTA) and finish their rows themselves;
-// the merge kernel then has nothing to do. Needs 213 KB of shared memory at head_dim 128 (bf16):
-// one CTA per SM, which is what a step of few pairs uses anyway.
+// The wide form (PagedAttentionArgs::decode_wide_ctas): a decode graph sizes the split for the
+// longest context it may see, so at small batches a ~400-key context's keys spread over 4 CTAs
+// and the merge kernel after them (the partial states' round trip through L2) costs about as
+// much again (docs/benchmarks sessions 20-22: 7.2 + 5.3 us per layer at b=1). CTAs of 8 warps
+// with the deep ring take 512 keys alone (24 tiles in flight per CTA) and finish their rows
+// themselves; the merge kernel then has nothing to do. They need 213 KB of shared memory at
+// head_dim 128 (bf16), one CTA per SM, so they pay only between about half the SMs' count of
+// pairs and a few per SM: Qwen3-8B on an H200, ms per decode step, b=16 5.39 -> 5.14, b=32 5.76
+// -> 5.71, but b=1 4.55 -> 4.90 (8 SMs read the context) and b=64 6.26 -> 6.72 (docs/benchmarks
+// session 26). The host picks the form by the step's pair count (CudaBackendOptions).
 // The tiles a CTA takes at least before the keys spread over more CTAs (attention.h; the host's
 // split agrees).
 __device__ __forceinline__ int MinTilesPerCta(const PagedAttentionArgs& a) {
