@@ -10,7 +10,7 @@
 // Grid: (sequence, kv head, CTA of P sharing the keys), the first two swapped with
 // decode_kv_heads_first (SequenceOf). A CTA of 4 warps (3 in the four-per-SM form, 8 in the
 // wide form, below); the sequence's keys are cut into 16-key tiles dealt round robin to the
-// P' x 4 warps, P' <= P the CTAs its length needs (at least 8 tiles per CTA, 32 in the wide
+// warps of P' CTAs, P' <= P the CTAs its length needs (at least 8 tiles per CTA, 32 in the wide
 // form). The host sizes P for the longest sequence a graph may see, bounded by a sliding window,
 // and gives up to kDecodeOneCtaTiles tiles one CTA.
 // Each warp streams its tiles through a 2- or 3-stage cp.async ring (by grid size, below) in its

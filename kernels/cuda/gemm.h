@@ -162,9 +162,11 @@ class GemmRunner {
   // autotune: the fastest of the candidates, timed on `call`'s buffers (which it overwrites).
   absl::StatusOr<cublasLtMatmulAlgo_t> TimeCandidates(const GemmCall& call, const Plan& plan,
                                                      cudaStream_t stream);
-  // The index of the fastest of `results` over a few launches each on these buffers (out is
-  // overwritten); -1 when none could run. Not during a graph capture. Each timed launch follows
-  // a write that evicts the weights from L2. Logs the fastest, with `label` naming the shape.
+  // The index of the fastest of `results` on these buffers (out is overwritten): one timed
+  // launch each within a budget, the fastest few timed again; the heuristic's first (index 0)
+  // unless another beats it by kAutotuneMinGain; -1 when none could run. Not during a graph
+  // capture. Each timed launch follows a read that evicts the weights from L2. Logs the
+  // fastest, with `label` naming the shape.
   absl::StatusOr<int> FastestOf(const Plan& plan,
                                 const std::vector<cublasLtMatmulHeuristicResult_t>& results,
                                 const void* w, const void* x, void* out, cudaStream_t stream,
@@ -173,7 +175,7 @@ class GemmRunner {
   GemmOptions options_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
-  void* l2_flush_ = nullptr;  // autotune: written between timed launches (FastestOf)
+  void* l2_flush_ = nullptr;  // autotune: read between timed launches (FastestOf)
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> invariant_algos_;  // batch_invariant: by key with m = 0
   std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket
