@@ -34,10 +34,8 @@ using moe::Mxfp4Format;
 
 constexpr int kGemmWarps = 8;
 constexpr int kGemmThreads = kGemmWarps * kWarpSize;
-constexpr int kTileN = kGemmWarps * 16;      // two n8 tiles per warp
-constexpr int kMTiles = kMoeBlockRows / 16;  // m16 tiles of a block
-constexpr int kChunkRowWords = 64 + 4;       // one staged A row of one chunk, padded
-constexpr int kAUnits = kMoeBlockRows * 16 / kGemmThreads;  // A loads (8 inputs) per thread
+constexpr int kTileN = kGemmWarps * 16;  // two n8 tiles per warp
+constexpr int kChunkRowWords = 64 + 4;   // one staged A row of one chunk, padded
 constexpr int kAlignThreads = 1024;
 
 // Chunks of 4 groups (128 inputs) over k inputs.
@@ -119,17 +117,17 @@ __global__ void __launch_bounds__(kAlignThreads)
     int b = 0;
     for (int e = 0; e < experts; ++e) {
       first_block[e] = b;
-      b += (counts[e] + kMoeBlockRows - 1) / kMoeBlockRows;
+      b += (counts[e] + r.block_rows - 1) / r.block_rows;
     }
     total_blocks = b;
     *r.num_blocks = b;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < total_blocks * kMoeBlockRows; i += kAlignThreads) {
+  for (int i = threadIdx.x; i < total_blocks * r.block_rows; i += kAlignThreads) {
     r.sorted_pairs[i] = -1;
   }
   for (int e = threadIdx.x; e < experts; e += kAlignThreads) {
-    const int n = (counts[e] + kMoeBlockRows - 1) / kMoeBlockRows;
+    const int n = (counts[e] + r.block_rows - 1) / r.block_rows;
     for (int b = 0; b < n; ++b) r.block_expert[first_block[e] + b] = e;
   }
   __syncthreads();  // the padding is written before pairs overwrite their slots
@@ -137,28 +135,30 @@ __global__ void __launch_bounds__(kAlignThreads)
   for (int p = threadIdx.x; p < pairs; p += kAlignThreads) {
     const int e = ids[p];
     if (e < 0 || e >= experts) continue;
-    r.sorted_pairs[first_block[e] * kMoeBlockRows + atomicAdd(&cursor[e], 1)] = p;
+    r.sorted_pairs[first_block[e] * r.block_rows + atomicAdd(&cursor[e], 1)] = p;
   }
 }
 
-// GEMM tile: one CTA per (block of kMoeBlockRows pair rows of one expert, kTileN output rows),
+// GEMM tile: one CTA per (block of kBlockRows pair rows of one expert, kTileN output rows),
 // K streamed in chunks of 4 groups. A chunk's A rows are loaded into registers one chunk ahead
 // and staged permuted (StageUnit) in a double buffer; each of the 8 warps owns two n8 tiles of
 // output rows, and thread (g, q) streams group 4c + q of row g of both, kGemmChunksInFlight
 // chunks ahead, decodes them once and feeds them to the MMAs of every m16 tile of the block that
 // holds pairs. A row's result does not depend on the other rows of its block.
-template <typename Format>
+template <typename Format, int kBlockRows>
 __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
     MoeGemmKernel(const __grid_constant__ MoeGemmArgs a) {
   constexpr int kGemmChunksInFlight = Format::kGemmChunksInFlight;
+  constexpr int kMTiles = kBlockRows / 16;                 // m16 tiles of a block
+  constexpr int kAUnits = kBlockRows * 16 / kGemmThreads;  // A loads (8 inputs) per thread
   const int blk = blockIdx.x;
   if (blk >= *a.routing.num_blocks) return;  // uniform across the CTA
-  __shared__ __align__(16) uint32_t a_s[2][kMoeBlockRows][kChunkRowWords];
+  __shared__ __align__(16) uint32_t a_s[2][kBlockRows][kChunkRowWords];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int e = a.routing.block_expert[blk];
-  const int32_t* pairs = a.routing.sorted_pairs + static_cast<int64_t>(blk) * kMoeBlockRows;
+  const int32_t* pairs = a.routing.sorted_pairs + static_cast<int64_t>(blk) * kBlockRows;
   // A block's pairs come first, its padding last: only the m16 tiles with pairs run MMAs.
-  const int rows = __syncthreads_count(threadIdx.x < kMoeBlockRows && pairs[threadIdx.x] >= 0);
+  const int rows = __syncthreads_count(threadIdx.x < kBlockRows && pairs[threadIdx.x] >= 0);
   const int m_tiles = (rows + 15) / 16;
 
   const int g = lane / 4, q = lane % 4;
@@ -220,17 +220,18 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
       if (more) load_a(chunk + 1);
       const typename Format::Group raw[2] = {w[slot][0], w[slot][1]};
       const typename Format::Multiplier scale[2] = {Format::MultiplierOf(raw[0]),
-                                                     Format::MultiplierOf(raw[1])};
+                                                    Format::MultiplierOf(raw[1])};
       load_w(slot, chunk + kGemmChunksInFlight);
       const int buf = chunk % 2;
       // Step i takes pairs 2i and 2i + 1 of each tile's group, decoded just before (registers).
-      const auto step = [&](auto i_constant) {
+      const auto step = [&](auto i_constant, auto one_factor) {
         constexpr int i = decltype(i_constant)::value;
+        constexpr bool kOne = decltype(one_factor)::value;
         uint32_t b[2][2];
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          b[t][0] = Format::template Pair<2 * i>(raw[t], scale[t]);
-          b[t][1] = Format::template Pair<2 * i + 1>(raw[t], scale[t]);
+          b[t][0] = Format::template Pair<2 * i, kOne>(raw[t], scale[t]);
+          b[t][1] = Format::template Pair<2 * i + 1, kOne>(raw[t], scale[t]);
         }
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
@@ -242,14 +243,27 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
           for (int t = 0; t < 2; ++t) MmaBf16(acc[mt][t], frag, b[t][0], b[t][1]);
         }
       };
-      step(std::integral_constant<int, 0>{});
-      step(std::integral_constant<int, 1>{});
-      step(std::integral_constant<int, 2>{});
-      step(std::integral_constant<int, 3>{});
-      step(std::integral_constant<int, 4>{});
-      step(std::integral_constant<int, 5>{});
-      step(std::integral_constant<int, 6>{});
-      step(std::integral_constant<int, 7>{});
+      const auto steps = [&](auto one_factor) {
+        step(std::integral_constant<int, 0>{}, one_factor);
+        step(std::integral_constant<int, 1>{}, one_factor);
+        step(std::integral_constant<int, 2>{}, one_factor);
+        step(std::integral_constant<int, 3>{}, one_factor);
+        step(std::integral_constant<int, 4>{}, one_factor);
+        step(std::integral_constant<int, 5>{}, one_factor);
+        step(std::integral_constant<int, 6>{}, one_factor);
+        step(std::integral_constant<int, 7>{}, one_factor);
+      };
+      // The decode is most of a thread's instructions at a few m16 tiles: one multiply per pair
+      // instead of two when every scale of the warp allows it (a uniform branch).
+      if constexpr (Format::kTwoFactors) {
+        if (__all_sync(0xFFFFFFFFu, Format::OneFactor(scale[0]) && Format::OneFactor(scale[1]))) {
+          steps(std::true_type{});
+        } else {
+          steps(std::false_type{});
+        }
+      } else {
+        steps(std::false_type{});
+      }
       if (more) store_a((chunk + 1) % 2);  // the buffer chunk - 1 used, done before the barrier
       __syncthreads();
     }
@@ -309,7 +323,7 @@ __global__ void __launch_bounds__(kGemvThreads, Format::kGemvMinCtasPerSm)
 
   // Every weight load of this thread first: they do not depend on the input.
   const typename Format::Row wrow[2] = {Format::RowOf(a, e, row0 + g),
-                                         Format::RowOf(a, e, row0 + g + 8)};
+                                        Format::RowOf(a, e, row0 + g + 8)};
   typename Format::Group w[kChunksInFlight][2];
   const auto load = [&](int base) {
 #pragma unroll
@@ -409,6 +423,18 @@ int64_t MoeGemvSharedBytes(int64_t k) {
   return (int64_t{MoeChunks(static_cast<int>(k))} * 4 * kGroupWords + kGemvWarps * kGemvRows) * 4;
 }
 
+namespace {
+template <int kBlockRows>
+cudaError_t LaunchGemmWith(const MoeGemmArgs& args, dim3 grid, cudaStream_t stream) {
+  if (args.format == MoeWeightFormat::kFp8) {
+    MoeGemmKernel<Fp8Format, kBlockRows><<<grid, kGemmThreads, 0, stream>>>(args);
+  } else {
+    MoeGemmKernel<Mxfp4Format, kBlockRows><<<grid, kGemmThreads, 0, stream>>>(args);
+  }
+  return cudaGetLastError();
+}
+}  // namespace
+
 cudaError_t LaunchMoeGemm(const MoeGemmArgs& args, cudaStream_t stream) {
   if (args.max_blocks == 0 || args.n == 0) return cudaSuccess;
   if (args.k % 32 != 0 || args.n % 2 != 0) return cudaErrorInvalidValue;
@@ -419,12 +445,14 @@ cudaError_t LaunchMoeGemm(const MoeGemmArgs& args, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(args.max_blocks),
                   static_cast<unsigned>((args.n + kTileN - 1) / kTileN));
-  if (args.format == MoeWeightFormat::kFp8) {
-    MoeGemmKernel<Fp8Format><<<grid, kGemmThreads, 0, stream>>>(args);
-  } else {
-    MoeGemmKernel<Mxfp4Format><<<grid, kGemmThreads, 0, stream>>>(args);
+  switch (args.routing.block_rows) {
+    case kMoeBlockRows:
+      return LaunchGemmWith<kMoeBlockRows>(args, grid, stream);
+    case kMoeSmallBlockRows:
+      return LaunchGemmWith<kMoeSmallBlockRows>(args, grid, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 namespace {
@@ -434,8 +462,8 @@ cudaError_t LaunchGemvOf(const MoeGemmArgs& args, dim3 grid, int64_t smem, cudaS
       err != cudaSuccess) {
     return err;
   }
-  return LaunchMaybePdl(MoeGemvKernel<Format>, grid, dim3(kGemvThreads),
-                        static_cast<size_t>(smem), stream, args.pdl, args);
+  return LaunchMaybePdl(MoeGemvKernel<Format>, grid, dim3(kGemvThreads), static_cast<size_t>(smem),
+                        stream, args.pdl, args);
 }
 }  // namespace
 
@@ -446,9 +474,8 @@ cudaError_t LaunchMoeGemv(const MoeGemmArgs& args, cudaStream_t stream) {
   const int64_t smem = MoeGemvSharedBytes(args.k);
   const dim3 grid(static_cast<unsigned>((args.n + kGemvRows - 1) / kGemvRows),
                   static_cast<unsigned>(pairs));
-  return args.format == MoeWeightFormat::kFp8
-             ? LaunchGemvOf<Fp8Format>(args, grid, smem, stream)
-             : LaunchGemvOf<Mxfp4Format>(args, grid, smem, stream);
+  return args.format == MoeWeightFormat::kFp8 ? LaunchGemvOf<Fp8Format>(args, grid, smem, stream)
+                                              : LaunchGemvOf<Mxfp4Format>(args, grid, smem, stream);
 }
 
 cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cudaStream_t stream,
@@ -458,8 +485,7 @@ cudaError_t LaunchMoeCombine(const MoeCombineRows& rows, const RowsView& out, cu
   const dim3 grid(static_cast<unsigned>(out.rows),
                   static_cast<unsigned>((out.cols + kCombineCols - 1) / kCombineCols));
   // float4 rows of y and 8-byte stores of out.
-  if (out.cols % 4 != 0 || out.stride % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(rows.y) % 16 != 0 ||
+  if (out.cols % 4 != 0 || out.stride % 4 != 0 || reinterpret_cast<uintptr_t>(rows.y) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(out.data) % 8 != 0) {
     return cudaErrorInvalidValue;
   }
@@ -475,7 +501,7 @@ MoeGemmArgs MoeLayerArgs::GateUp() const {
           .bias = gate_up_bias,
           .n = 2 * inter,
           .k = hidden,
-          .routing = MoeRoutingIn(routing, MaxBlocks()),
+          .routing = MoeRoutingIn(routing, MaxBlocks(), BlockRows()),
           .max_blocks = MaxBlocks(),
           .glu = true,
           .limit = limit,
@@ -495,7 +521,7 @@ MoeGemmArgs MoeLayerArgs::Down() const {
           .bias = down_bias,
           .n = hidden,
           .k = inter,
-          .routing = MoeRoutingIn(routing, MaxBlocks()),
+          .routing = MoeRoutingIn(routing, MaxBlocks(), BlockRows()),
           .max_blocks = MaxBlocks(),
           .out = y,
           .ids = ids,
@@ -513,12 +539,11 @@ cudaError_t LaunchMoeLayer(const MoeLayerArgs& layer, bool gemv, cudaStream_t st
   if (!gemv) {
     const cudaError_t err =
         LaunchMoeAlign(layer.ids, static_cast<int>(layer.x.rows * layer.top_k), layer.experts,
-                       MoeRoutingIn(layer.routing, layer.MaxBlocks()), stream);
+                       MoeRoutingIn(layer.routing, layer.MaxBlocks(), layer.BlockRows()), stream);
     if (err != cudaSuccess) return err;
   }
   for (const MoeGemmArgs& projection : {layer.GateUp(), layer.Down()}) {
-    if (const cudaError_t err = LaunchMoeProjection(projection, gemv, stream);
-        err != cudaSuccess) {
+    if (const cudaError_t err = LaunchMoeProjection(projection, gemv, stream); err != cudaSuccess) {
       return err;
     }
   }

@@ -5,7 +5,8 @@
 // One MoE layer over T tokens with top-k routing runs as four launches (three for a few tokens:
 // LaunchMoeGemv needs no alignment; see kMoeGemvMaxTokens):
 //   1. MoeAlign: the T*k (token, slot) pairs p = t*k + j grouped by expert into blocks of
-//      kMoeBlockRows pair rows (each expert's last block padded with -1), with each block's expert;
+//      MoeBlockRowsFor pair rows (each expert's last block padded with -1), with each block's
+//      expert;
 //   2. MoeGemm (GLU): act[p] = Glu(gate_up[e] · x[t] + bias) per pair, bf16;
 //   3. MoeGemm (plain): y[p] = down[e] · act[p] + bias, f32;
 //   4. MoeCombine: out[t] = sum_j weights[t, j] * y[t*k + j] in slot order (deterministic).
@@ -23,30 +24,51 @@
 
 namespace xserv::kernels::cuda {
 
-// Pair rows per block: the GEMM's M tile (four m16 tiles of mma.sync m16n8k16; the tiles of a
-// block that hold only padding are skipped).
+// Pair rows per block: the GEMM's M tile, 64 or 32 (four or two m16 tiles of mma.sync
+// m16n8k16; the tiles of a block that hold only padding are skipped). MoeBlockRowsFor picks.
 inline constexpr int kMoeBlockRows = 64;
+inline constexpr int kMoeSmallBlockRows = 32;
+
+// 32-row blocks while the experts average at most 32 pairs (gpt-oss-20b: up to 256 tokens), else
+// 64. The smaller tile holds fewer registers and leaves less padding; the larger decodes each
+// weight for more pairs. Measured on an H200 (xserv-moe-bench, gpt-oss-20b's experts, µs of
+// gate_up): MXFP4 64 tokens 182 -> 173, 256 tokens 279 -> 268, 512 tokens 413 -> 440; FP8 64
+// tokens 264 -> 203, 2048 tokens 1,615 -> 1,756 (docs/benchmarks, session 27). A row's result
+// does not depend on its block, so the choice changes no result.
+inline int MoeBlockRowsFor(int64_t pairs, int64_t experts) {
+  return pairs <= kMoeSmallBlockRows * experts ? kMoeSmallBlockRows : kMoeBlockRows;
+}
 
 // Blocks the alignment can produce for `pairs` pairs over `experts` experts (each used expert
-// pads its last block): ceil(pairs / kMoeBlockRows) + min(experts, pairs).
-inline int64_t MoeMaxBlocks(int64_t pairs, int64_t experts) {
-  return (pairs + kMoeBlockRows - 1) / kMoeBlockRows + (experts < pairs ? experts : pairs);
+// pads its last block): ceil(pairs / block_rows) + min(experts, pairs).
+inline int64_t MoeMaxBlocks(int64_t pairs, int64_t experts, int block_rows) {
+  return (pairs + block_rows - 1) / block_rows + (experts < pairs ? experts : pairs);
 }
 
 struct MoeRouting {
-  int32_t* sorted_pairs = nullptr;  // [MoeMaxBlocks * kMoeBlockRows]: pair index or -1 (padding)
-  int32_t* block_expert = nullptr;  // [MoeMaxBlocks]
+  int32_t* sorted_pairs = nullptr;  // [max blocks * block_rows]: pair index or -1 (padding)
+  int32_t* block_expert = nullptr;  // [max blocks]
   int32_t* num_blocks = nullptr;    // [1]
+  int block_rows = kMoeBlockRows;   // kMoeBlockRows or kMoeSmallBlockRows
 };
 
-// A routing for up to max_blocks blocks laid out in one buffer of MoeRoutingInts(max_blocks).
-inline int64_t MoeRoutingInts(int64_t max_blocks) {
-  return max_blocks * kMoeBlockRows + max_blocks + 1;
+// A routing for up to max_blocks blocks of block_rows laid out in one buffer of
+// MoeRoutingInts(max_blocks, block_rows) ints.
+inline int64_t MoeRoutingInts(int64_t max_blocks, int block_rows) {
+  return max_blocks * block_rows + max_blocks + 1;
 }
-inline MoeRouting MoeRoutingIn(int32_t* buffer, int64_t max_blocks) {
+// Ints of a routing buffer for up to `pairs` pairs under either block size.
+inline int64_t MoeRoutingIntsFor(int64_t pairs, int64_t experts) {
+  const int64_t small =
+      MoeRoutingInts(MoeMaxBlocks(pairs, experts, kMoeSmallBlockRows), kMoeSmallBlockRows);
+  const int64_t large = MoeRoutingInts(MoeMaxBlocks(pairs, experts, kMoeBlockRows), kMoeBlockRows);
+  return small > large ? small : large;
+}
+inline MoeRouting MoeRoutingIn(int32_t* buffer, int64_t max_blocks, int block_rows) {
   return {.sorted_pairs = buffer,
-          .block_expert = buffer + max_blocks * kMoeBlockRows,
-          .num_blocks = buffer + max_blocks * kMoeBlockRows + max_blocks};
+          .block_expert = buffer + max_blocks * block_rows,
+          .num_blocks = buffer + max_blocks * block_rows + max_blocks,
+          .block_rows = block_rows};
 }
 
 // Groups the pairs of ids [pairs] (expert per pair; ids outside [0, experts) are left out: the
@@ -132,12 +154,12 @@ struct MoeLayerArgs {
   const void* gate_up_bias = nullptr;  // bf16 [E, 2 inter]
   const uint8_t* down_blocks = nullptr;
   const void* down_scales = nullptr;
-  const void* down_bias = nullptr;  // bf16 [E, hidden]
+  const void* down_bias = nullptr;     // bf16 [E, hidden]
   float limit = 7.0f, alpha = 1.702f;  // the GLU's (MoeGemmArgs)
-  int32_t* routing = nullptr;  // MoeRoutingInts(MoeMaxBlocks(tokens * top_k, experts)) ints
-  void* act = nullptr;         // bf16 [tokens * top_k, inter]
-  float* y = nullptr;          // [tokens * top_k, hidden]
-  RowsView out;                // bf16 [tokens, hidden]
+  int32_t* routing = nullptr;          // MoeRoutingIntsFor(tokens * top_k, experts) ints
+  void* act = nullptr;                 // bf16 [tokens * top_k, inter]
+  float* y = nullptr;                  // [tokens * top_k, hidden]
+  RowsView out;                        // bf16 [tokens, hidden]
   // The GEMV form's kernels (both projections, the combine) launch programmatically (pdl.cuh).
   bool pdl = false;
   // norm.weight set: the combine is not written to `out` but added to norm.residual and
@@ -145,7 +167,10 @@ struct MoeLayerArgs {
   // exactly LaunchMoeCombine, then LaunchRmsNorm with the residual.
   NormArgs norm;
 
-  int MaxBlocks() const { return static_cast<int>(MoeMaxBlocks(x.rows * top_k, experts)); }
+  int BlockRows() const { return MoeBlockRowsFor(x.rows * top_k, experts); }
+  int MaxBlocks() const {
+    return static_cast<int>(MoeMaxBlocks(x.rows * top_k, experts, BlockRows()));
+  }
   MoeGemmArgs GateUp() const;
   MoeGemmArgs Down() const;
 };

@@ -70,13 +70,21 @@ __device__ __forceinline__ Fp4Scale MakeFp4Scale(uint32_t s) {
   return {kBf16x2Two126, ScaleBf16x2(s)};
 }
 
-// Pair kP (0..15) of a group's 16 bytes, dequantised (see DecodeFp4Group for the pair order).
-template <int kP>
+// Whether the second factor is 1 (s <= 128), which kOneFactor below may then skip (exact: a
+// bf16 multiply by 1 changes nothing).
+__device__ __forceinline__ bool OneFactor(const Fp4Scale& scale) {
+  return scale.second == 0x3F803F80u;
+}
+
+// Pair kP (0..15) of a group's 16 bytes, dequantised (see DecodeFp4Group for the pair order);
+// kOneFactor: only the first factor, for a scale with OneFactor.
+template <int kP, bool kOneFactor = false>
 __device__ __forceinline__ uint32_t DecodeFp4Pair(const uint4& raw, const Fp4Scale& scale) {
   constexpr int kV = kP / 4, kJ = kP % 4;
   const uint32_t word = kV == 0 ? raw.x : kV == 1 ? raw.y : kV == 2 ? raw.z : raw.w;
   const uint32_t bits = Fp4PairBits<kJ % 2>(kJ < 2 ? word : word >> 8);
-  return MulBf16x2(MulBf16x2(bits, scale.first), scale.second);
+  const uint32_t scaled = MulBf16x2(bits, scale.first);
+  return kOneFactor ? scaled : MulBf16x2(scaled, scale.second);
 }
 
 // A group's 32 codes (16 bytes) as 16 dequantised bf16 pairs: pair 4v + j holds inputs
@@ -99,7 +107,9 @@ __device__ __forceinline__ void DecodeFp4Group(const uint4& raw, uint32_t s,
 // clamped into the matrix: rows past N load a valid row, unused); Load reads group grp (32
 // inputs) of a row with its scale, zero codes past the row's `groups`; Pair<kP> decodes pair kP
 // of a group (DecodeFp4Group's order: pair 4v + j holds inputs 8v + j and 8v + j + 4) with the
-// group's decoding multiplier (MultiplierOf), and Decode all 16 pairs. kGemvChunksInFlight and
+// group's decoding multiplier (MultiplierOf), and Decode all 16 pairs. Pair<kP, true> is the
+// same for a multiplier with OneFactor, in fewer instructions where the format has two factors
+// (kTwoFactors). kGemvChunksInFlight and
 // kGemvMinCtasPerSm size the GEMV's loads ahead against its registers.
 struct Mxfp4Format {
   struct Row {
@@ -134,9 +144,13 @@ struct Mxfp4Format {
   static __device__ __forceinline__ Multiplier MultiplierOf(const Group& g) {
     return MakeFp4Scale(g.scale);
   }
-  template <int kP>
+  static constexpr bool kTwoFactors = true;
+  static __device__ __forceinline__ bool OneFactor(const Multiplier& m) {
+    return moe::OneFactor(m);
+  }
+  template <int kP, bool kOneFactor = false>
   static __device__ __forceinline__ uint32_t Pair(const Group& g, const Multiplier& m) {
-    return DecodeFp4Pair<kP>(g.codes, m);
+    return DecodeFp4Pair<kP, kOneFactor>(g.codes, m);
   }
   static __device__ __forceinline__ void Decode(const Group& g, uint32_t (&pairs)[16]) {
     DecodeFp4Group(g.codes, g.scale, pairs);
@@ -169,8 +183,7 @@ struct Fp8Format {
     const int64_t row_blocks = (a.n + kMoeFp8Block - 1) / kMoeFp8Block;
     const int64_t col_blocks = (a.k + kMoeFp8Block - 1) / kMoeFp8Block;
     return {reinterpret_cast<const uint4*>(a.blocks + row * a.k),
-            static_cast<const float*>(a.scales) +
-                (e * row_blocks + n / kMoeFp8Block) * col_blocks};
+            static_cast<const float*>(a.scales) + (e * row_blocks + n / kMoeFp8Block) * col_blocks};
   }
   // Past the row: zero codes (and scale), adding 0. A block spans 4 groups.
   static __device__ __forceinline__ Group Load(const Row& row, int grp, int groups) {
@@ -179,8 +192,10 @@ struct Fp8Format {
     return {__ldg(row.codes + 2 * grp), __ldg(row.codes + 2 * grp + 1), s | (s << 16)};
   }
   static __device__ __forceinline__ Multiplier MultiplierOf(const Group& g) { return g.scale; }
+  static constexpr bool kTwoFactors = false;
+  static __device__ __forceinline__ bool OneFactor(const Multiplier&) { return true; }
   // Inputs 8v + j and 8v + j + 4 are byte j of words 2v and 2v + 1 of the group's 32 bytes.
-  template <int kP>
+  template <int kP, bool kOneFactor = false>
   static __device__ __forceinline__ uint32_t Pair(const Group& g, const Multiplier& m) {
     constexpr int kV = kP / 4, kJ = kP % 4;
     const uint4& half = kV < 2 ? g.lo : g.hi;

@@ -244,7 +244,7 @@ absl::Status CudaBackend::ExpertsQuantized(const Tensor& x, const Tensor& ids,
   // Scratch for one round: routing (sorted pairs, block experts, block count), activations,
   // down outputs.
   const int64_t chunk = std::min(tokens, kQuantizedChunkTokens);
-  const int64_t routing_ints = MoeRoutingInts(MoeMaxBlocks(chunk * k, num_experts));
+  const int64_t routing_ints = MoeRoutingIntsFor(chunk * k, num_experts);
   RETURN_IF_ERROR(Reserve(moe_routing_, static_cast<size_t>(routing_ints) * sizeof(int32_t)));
   RETURN_IF_ERROR(Reserve(moe_act_, static_cast<size_t>(chunk * k * inter) * 2));
   RETURN_IF_ERROR(Reserve(moe_out_, static_cast<size_t>(chunk * k * hidden) * sizeof(float)));

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
                              .y = static_cast<float*>(DeviceBytes(pairs * h * 4, 0)),
                              .out = {DeviceBytes(t * h * 2, 0), t, h, h}};
     layer.routing =
-        static_cast<int32_t*>(DeviceBytes(cuda::MoeRoutingInts(layer.MaxBlocks()) * 4, 0));
+        static_cast<int32_t*>(DeviceBytes(cuda::MoeRoutingIntsFor(pairs, c.experts) * 4, 0));
     CHECK_CUDA(
         cudaMemcpy(const_cast<int32_t*>(layer.ids), ids.data(), pairs * 4, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(const_cast<float*>(layer.weights), weights.data(), pairs * 4,
