@@ -33,8 +33,10 @@ using moe::Fp8Format;
 using moe::Mxfp4Format;
 
 constexpr int kGemmWarps = 8;
+constexpr int kGemmWarpTiles = 2;  // n8 tiles of output rows per warp
 constexpr int kGemmThreads = kGemmWarps * kWarpSize;
-constexpr int kTileN = kGemmWarps * 16;  // two n8 tiles per warp
+constexpr int kTileN = kGemmWarps * kGemmWarpTiles * 8;
+constexpr int kARowsPerPass = kGemmThreads / 16;  // A rows one pass of 16-byte loads covers
 constexpr int kChunkRowWords = 64 + 4;   // one staged A row of one chunk, padded
 constexpr int kAlignThreads = 1024;
 
@@ -141,8 +143,8 @@ __global__ void __launch_bounds__(kAlignThreads)
 
 // GEMM tile: one CTA per (block of kBlockRows pair rows of one expert, kTileN output rows),
 // K streamed in chunks of 4 groups. A chunk's A rows are loaded into registers one chunk ahead
-// and staged permuted (StageUnit) in a double buffer; each of the 8 warps owns two n8 tiles of
-// output rows, and thread (g, q) streams group 4c + q of row g of both, kGemmChunksInFlight
+// and staged permuted (StageUnit) in a double buffer; each warp owns kGemmWarpTiles n8 tiles of
+// output rows, and thread (g, q) streams group 4c + q of row g of each, kGemmChunksInFlight
 // chunks ahead, decodes them once and feeds them to the MMAs of every m16 tile of the block that
 // holds pairs. A row's result does not depend on the other rows of its block.
 template <typename Format, int kBlockRows>
@@ -163,14 +165,16 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
 
   const int g = lane / 4, q = lane % 4;
   const int groups = a.k / 32, chunks = MoeChunks(a.k);
-  // This thread's A loads: unit `unit` (8 inputs) of each chunk of rows first_row + 16j.
+  // This thread's A loads: unit `unit` (8 inputs) of each chunk of rows first_row +
+  // kARowsPerPass * j.
+  static_assert(kAUnits >= 1 && kAUnits * kARowsPerPass == kBlockRows, "whole passes of A rows");
   const int unit = threadIdx.x % 16, first_row = threadIdx.x / 16;
   // 16-byte units from a.a.data to each row (-1: a padding row, zeros); a.a's rows are 16-byte
   // aligned (CudaBackend checks), and 32 bits hold every offset of a 1024-token round.
   int a_row[kAUnits];
 #pragma unroll
   for (int j = 0; j < kAUnits; ++j) {
-    const int p = pairs[first_row + 16 * j];
+    const int p = pairs[first_row + kARowsPerPass * j];
     a_row[j] = p < 0 ? -1 : static_cast<int>(p / a.a_row_div * a.a.stride / 8);
   }
   const uint4* a_units = static_cast<const uint4*>(a.a.data);
@@ -185,21 +189,22 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
   const auto store_a = [&](int buf) {
 #pragma unroll
     for (int j = 0; j < kAUnits; ++j) {
-      StageUnit(a_next[j], unit / 4, unit % 4, a_s[buf][first_row + 16 * j]);
+      StageUnit(a_next[j], unit / 4, unit % 4, a_s[buf][first_row + kARowsPerPass * j]);
     }
   };
 
-  typename Format::Row wrow[2];
-  int col[2];
+  constexpr int kT = kGemmWarpTiles;
+  typename Format::Row wrow[kT];
+  int col[kT];
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {
-    col[t] = blockIdx.y * kTileN + warp * 16 + t * 8;  // first output row of the n8 tile
+  for (int t = 0; t < kT; ++t) {
+    col[t] = blockIdx.y * kTileN + (warp * kT + t) * 8;  // first output row of the n8 tile
     wrow[t] = Format::RowOf(a, e, col[t] + g);
   }
-  typename Format::Group w[kGemmChunksInFlight][2];
+  typename Format::Group w[kGemmChunksInFlight][kT];
   const auto load_w = [&](int slot, int chunk) {
 #pragma unroll
-    for (int t = 0; t < 2; ++t) w[slot][t] = Format::Load(wrow[t], chunk * 4 + q, groups);
+    for (int t = 0; t < kT; ++t) w[slot][t] = Format::Load(wrow[t], chunk * 4 + q, groups);
   };
 #pragma unroll
   for (int slot = 0; slot < kGemmChunksInFlight; ++slot) load_w(slot, slot);
@@ -210,7 +215,7 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
   // ldmatrix.x4 rows: lanes 0-7 rows 0-7 and lanes 8-15 rows 8-15 of an m16 tile at words
   // 0-3 of a step (slots 0-7), lanes 16-31 the same rows at words 4-7 (slots 8-15).
   const int ld_row = lane % 16, ld_word = 4 * (lane / 16);
-  float acc[kMTiles][2][4] = {};
+  float acc[kMTiles][kT][4] = {};
   for (int base = 0; base < chunks; base += kGemmChunksInFlight) {
 #pragma unroll
     for (int slot = 0; slot < kGemmChunksInFlight; ++slot) {
@@ -218,18 +223,24 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
       if (chunk >= chunks) break;  // uniform: depends on the loop only
       const bool more = chunk + 1 < chunks;
       if (more) load_a(chunk + 1);
-      const typename Format::Group raw[2] = {w[slot][0], w[slot][1]};
-      const typename Format::Multiplier scale[2] = {Format::MultiplierOf(raw[0]),
-                                                    Format::MultiplierOf(raw[1])};
+      typename Format::Group raw[kT];
+      typename Format::Multiplier scale[kT];
+      bool one_factor = true;
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        raw[t] = w[slot][t];
+        scale[t] = Format::MultiplierOf(raw[t]);
+        one_factor = one_factor && Format::OneFactor(scale[t]);
+      }
       load_w(slot, chunk + kGemmChunksInFlight);
       const int buf = chunk % 2;
       // Step i takes pairs 2i and 2i + 1 of each tile's group, decoded just before (registers).
       const auto step = [&](auto i_constant, auto one_factor) {
         constexpr int i = decltype(i_constant)::value;
         constexpr bool kOne = decltype(one_factor)::value;
-        uint32_t b[2][2];
+        uint32_t b[kT][2];
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
+        for (int t = 0; t < kT; ++t) {
           b[t][0] = Format::template Pair<2 * i, kOne>(raw[t], scale[t]);
           b[t][1] = Format::template Pair<2 * i + 1, kOne>(raw[t], scale[t]);
         }
@@ -240,7 +251,7 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
           LdMatrixX4(frag,
                      reinterpret_cast<const bf16*>(&a_s[buf][mt * 16 + ld_row][i * 8 + ld_word]));
 #pragma unroll
-          for (int t = 0; t < 2; ++t) MmaBf16(acc[mt][t], frag, b[t][0], b[t][1]);
+          for (int t = 0; t < kT; ++t) MmaBf16(acc[mt][t], frag, b[t][0], b[t][1]);
         }
       };
       const auto steps = [&](auto one_factor) {
@@ -256,7 +267,7 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
       // The decode is most of a thread's instructions at a few m16 tiles: one multiply per pair
       // instead of two when every scale of the warp allows it (a uniform branch).
       if constexpr (Format::kTwoFactors) {
-        if (__all_sync(0xFFFFFFFFu, Format::OneFactor(scale[0]) && Format::OneFactor(scale[1]))) {
+        if (__all_sync(0xFFFFFFFFu, one_factor)) {
           steps(std::true_type{});
         } else {
           steps(std::false_type{});
@@ -272,7 +283,7 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
   // Accumulator layout: acc[mt][t][0..1] = row 16 mt + g, columns col + 2q, +1; [2..3] = row + 8.
   const bf16* bias = static_cast<const bf16*>(a.bias) + static_cast<int64_t>(e) * a.n;
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {
+  for (int t = 0; t < kT; ++t) {
     const int c = col[t] + 2 * q;
     if (c >= a.n) continue;  // N is even, so c + 1 < N too
     const float b_even = ToFloat(bias[c]), b_odd = ToFloat(bias[c + 1]);
