@@ -37,7 +37,7 @@ constexpr int kGemmWarpTiles = 2;  // n8 tiles of output rows per warp
 constexpr int kGemmThreads = kGemmWarps * kWarpSize;
 constexpr int kTileN = kGemmWarps * kGemmWarpTiles * 8;
 constexpr int kARowsPerPass = kGemmThreads / 16;  // A rows one pass of 16-byte loads covers
-constexpr int kChunkRowWords = 64 + 4;   // one staged A row of one chunk, padded
+constexpr int kChunkRowWords = 64 + 4;            // one staged A row of one chunk, padded
 constexpr int kAlignThreads = 1024;
 
 // Chunks of 4 groups (128 inputs) over k inputs.
@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
   // This thread's A loads: unit `unit` (8 inputs) of each chunk of rows first_row +
   // kARowsPerPass * j.
   static_assert(kAUnits >= 1 && kAUnits * kARowsPerPass == kBlockRows, "whole passes of A rows");
+  static_assert(kGemmThreads >= kBlockRows, "a thread per pair row counts the block's pairs");
   const int unit = threadIdx.x % 16, first_row = threadIdx.x / 16;
   // 16-byte units from a.a.data to each row (-1: a padding row, zeros); a.a's rows are 16-byte
   // aligned (CudaBackend checks), and 32 bits hold every offset of a 1024-token round.
@@ -225,12 +226,12 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
       if (more) load_a(chunk + 1);
       typename Format::Group raw[kT];
       typename Format::Multiplier scale[kT];
-      bool one_factor = true;
+      bool warp_one_factor = true;
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         raw[t] = w[slot][t];
         scale[t] = Format::MultiplierOf(raw[t]);
-        one_factor = one_factor && Format::OneFactor(scale[t]);
+        warp_one_factor = warp_one_factor && Format::OneFactor(scale[t]);
       }
       load_w(slot, chunk + kGemmChunksInFlight);
       const int buf = chunk % 2;
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kGemmThreads, Format::kGemmMinCtasPerSm)
       // The decode is most of a thread's instructions at a few m16 tiles: one multiply per pair
       // instead of two when every scale of the warp allows it (a uniform branch).
       if constexpr (Format::kTwoFactors) {
-        if (__all_sync(0xFFFFFFFFu, one_factor)) {
+        if (__all_sync(0xFFFFFFFFu, warp_one_factor)) {
           steps(std::true_type{});
         } else {
           steps(std::false_type{});

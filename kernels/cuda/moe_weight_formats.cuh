@@ -109,8 +109,8 @@ __device__ __forceinline__ void DecodeFp4Group(const uint4& raw, uint32_t s,
 // of a group (DecodeFp4Group's order: pair 4v + j holds inputs 8v + j and 8v + j + 4) with the
 // group's decoding multiplier (MultiplierOf), and Decode all 16 pairs. Pair<kP, true> is the
 // same for a multiplier with OneFactor, in fewer instructions where the format has two factors
-// (kTwoFactors). kGemvChunksInFlight and
-// kGemvMinCtasPerSm size the GEMV's loads ahead against its registers.
+// (kTwoFactors). kGemvChunksInFlight and kGemvMinCtasPerSm size the GEMV's loads ahead against
+// its registers.
 struct Mxfp4Format {
   struct Row {
     const uint4* blocks;

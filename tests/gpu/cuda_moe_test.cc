@@ -98,15 +98,19 @@ TEST_F(CudaMoe, QuantizedExpertsMatchDenseOnTheCpu) {
     // experts; MXFP4 scales 2^-1 .. 2^3, across the GEMV's one- and two-multiply dequantisation
     // (s <= 128 or not; the GEMM's too, at 4 and 64 tokens); two tokens (the GEMV's last
     // size); 150 pairs per expert over 3 chunks of K with a partial last one (the GEMM's every
-    // m16 tile and its A double buffer; its last block ends mid-tile); 24 pairs per expert on
-    // average (32-row blocks, MoeBlockRowsFor, some experts with two).
+    // m16 tile and its A double buffer; its last block ends mid-tile); 32-row blocks
+    // (MoeBlockRowsFor) at 24 and 32 pairs per expert on average, the latter exactly at the
+    // switch and with some experts over 32 pairs (two blocks); 40 pairs for each of 4 experts
+    // (64-row blocks in the batch, 32-row ones for a token alone: the bit-for-bit check below
+    // spans both sizes).
     for (const Case c : {Case{1, 4, 2, 64, 96}, Case{5, 8, 4, 96, 64}, Case{37, 32, 4, 128, 96},
                          Case{1100, 8, 2, 64, 64}, Case{5, 4, 2, 2880, 2880},
                          Case{3, 4, 2, 2880, 1440}, Case{1, 4, 2, 2880, 2880},
                          Case{1, 4, 2, 4608, 96}, Case{8, 4, 4, 2880, 2880},
                          Case{1, 4, 2, 2880, 1440, 126}, Case{4, 4, 2, 96, 64, 126},
                          Case{2, 4, 2, 2880, 1440}, Case{300, 4, 2, 288, 160},
-                         Case{64, 8, 2, 288, 160, 126}, Case{48, 8, 4, 288, 160}}) {
+                         Case{64, 8, 2, 288, 160, 126}, Case{48, 8, 4, 288, 160},
+                         Case{64, 8, 4, 288, 160}, Case{40, 4, 4, 288, 160}}) {
       SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, " << c.experts << " experts, top-"
                                         << c.k << ", hidden " << c.hidden << ", inter " << c.inter);
       if (fp8 && c.min_scale != Case{}.min_scale) continue;  // an MXFP4-only variation
