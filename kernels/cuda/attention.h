@@ -120,6 +120,10 @@ inline constexpr int kDecodeOneCtaTiles = 12;
 inline constexpr int kDecodeMinTilesPerCta = 8;
 inline constexpr int kDecodeWideWarps = 8;
 inline constexpr int kDecodeWideMinTilesPerCta = 32;
+// The host's split and the kernel's KeyTilesOf both take this.
+constexpr int DecodeMinTilesPerCta(bool wide_ctas) {
+  return wide_ctas ? kDecodeWideMinTilesPerCta : kDecodeMinTilesPerCta;
+}
 bool DecodeAttentionSupports(int head_dim, int heads, int kv_heads);
 // Partial-state floats LaunchDecodeAttention needs for `ctas` CTAs per (sequence, kv head).
 int64_t DecodePartialFloats(int num_seqs, int kv_heads, int head_dim, int ctas);

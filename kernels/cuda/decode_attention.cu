@@ -184,11 +184,6 @@ struct RowState {
 // pairs and a few per SM: Qwen3-8B on an H200, ms per decode step, b=16 5.39 -> 5.14, b=32 5.76
 // -> 5.71, but b=1 4.55 -> 4.90 (8 SMs read the context) and b=64 6.26 -> 6.72 (docs/benchmarks
 // session 26). The host picks the form by the step's pair count (CudaBackendOptions).
-// The tiles a CTA takes at least before the keys spread over more CTAs (attention.h; the host's
-// split agrees).
-__device__ __forceinline__ int MinTilesPerCta(const PagedAttentionArgs& a) {
-  return a.decode_wide_ctas ? kDecodeWideMinTilesPerCta : kDecodeMinTilesPerCta;
-}
 
 // The sequence's 16-key tiles [first, last] and how many of the grid's CTAs share them: the
 // host sizes the grid for the longest sequence a graph may see; shorter ones use fewer CTAs
@@ -204,7 +199,7 @@ __device__ __forceinline__ KeyTiles KeyTilesOf(const PagedAttentionArgs& a, int 
   k.first = k.key_lo / kTileKeys;
   k.last = p_hi >= k.key_lo ? p_hi / kTileKeys : k.first - 1;
   const int tiles = k.last - k.first + 1;
-  const int min_tiles = MinTilesPerCta(a);
+  const int min_tiles = DecodeMinTilesPerCta(a.decode_wide_ctas);  // as the host's split
   k.ctas = min(a.decode_ctas_per_head, max(1, (tiles + min_tiles - 1) / min_tiles));
   return k;
 }

@@ -419,8 +419,9 @@ absl::StatusOr<cublasLtMatmulAlgo_t> GemmRunner::TimeCandidates(const GemmCall& 
   ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
                    Candidates(plan, c.w, c.x, c.out, /*no_split_k=*/false, kAutotuneCandidates));
   const std::vector<cublasLtMatmulHeuristicResult_t> clusters = ClusterVariants(plan, results);
-  const std::vector<cublasLtMatmulHeuristicResult_t> configs = ConfigVariants(plan, results);
   results.insert(results.end(), clusters.begin(), clusters.end());
+  // After the cluster variants, which it then skips rather than timing them twice.
+  const std::vector<cublasLtMatmulHeuristicResult_t> configs = ConfigVariants(plan, results);
   results.insert(results.end(), configs.begin(), configs.end());
   ASSIGN_OR_RETURN(const int best,
                    FastestOf(plan, results, c.w, c.x, c.out, stream,

@@ -296,8 +296,7 @@ absl::Status CudaBackend::Attention(const Tensor& q, const KvLayer& kv, const At
                                        : (sm_count_ + 1) / 2;
     args.decode_wide_ctas = args.decode_keys_as_m && pairs >= wide_min_pairs &&
                             pairs <= options_.decode_attention_wide_max_pairs;
-    const int64_t min_tiles =
-        args.decode_wide_ctas ? kDecodeWideMinTilesPerCta : kDecodeMinTilesPerCta;
+    const int64_t min_tiles = DecodeMinTilesPerCta(args.decode_wide_ctas);
     // A sliding window bounds the keys of every row this kernel takes (at most decode_max_rows /
     // group new rows per sequence), whatever the context: a decode graph planned for the model's
     // whole context then still sizes a window layer's split by the window.
