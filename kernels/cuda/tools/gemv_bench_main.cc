@@ -7,7 +7,8 @@
 // "chain" rows time RMSNorm -> GEMV pairs (the norm writes the GEMV's x), the pattern PDL is
 // for: the GEMV's launch and first weight loads overlap the norm. "-norm-pdl" / "-add-pdl"
 // chains launch the norm (with a residual add, its sum out of place) with PDL too; "fused-*"
-// rows are the same pairs as one GEMV with the norm as its prologue (gemv.h, GemvNorm; FP8).
+// rows are the same pairs as one GEMV with the norm as its prologue (gemv.h, GemvNorm; FP8, one
+// row). "mma" rows (FP8) time the tensor-core GEMV (fp8_gemv_mma.h) alone.
 //
 // Usage: xserv-gemv-bench [--shapes qkv=6144x4096,...] [--rows 1,2,4,8] [--fp8] [--json FILE]
 #include <cuda_runtime_api.h>
@@ -23,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/fp8_gemv_mma.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/tools/bench_util.h"
@@ -49,6 +51,8 @@ struct Variant {
   bool norm_pdl = false;  // the chain's norm launched with PDL
   bool add = false;       // the norm adds a residual first (its sum out of place)
   bool fused = false;     // the norm as the GEMV's prologue instead (GemvNorm)
+  bool mma = false;       // FP8: the tensor-core GEMV (fp8_gemv_mma.h) instead
+  bool one_row = false;   // a form of single-row calls only (the norm prologue)
 };
 
 // One call of `v` on weight copy `i`.
@@ -104,6 +108,15 @@ struct Runner {
                 .normed = x,
                 .ld_normed = shape.k,
                 .weight = norm_weight};
+    }
+    if (v.mma) {
+      if (!xserv::kernels::cuda::Fp8MmaGemvSupports(a)) {
+        std::fprintf(stderr, "FP8 MMA GEMV does not support m=%d n=%d k=%d\n", m, shape.n,
+                     shape.k);
+        std::exit(1);
+      }
+      CHECK_CUDA(xserv::kernels::cuda::LaunchFp8MmaGemv(a, stream));
+      return;
     }
     if (!xserv::kernels::cuda::GemvSupports(a)) {
       std::fprintf(stderr, "GEMV does not support m=%d n=%d k=%d\n", m, shape.n, shape.k);
@@ -185,8 +198,11 @@ int main(int argc, char** argv) {
   variants.push_back(
       {.name = "chain-add-pdl", .pdl = true, .chain = true, .norm_pdl = true, .add = true});
   if (fp8) {  // the GEMV's norm prologue is FP8-only (gemv.h)
-    variants.push_back({.name = "fused-norm-pdl", .pdl = true, .fused = true});
-    variants.push_back({.name = "fused-add-pdl", .pdl = true, .add = true, .fused = true});
+    variants.push_back({.name = "fused-norm-pdl", .pdl = true, .fused = true, .one_row = true});
+    variants.push_back(
+        {.name = "fused-add-pdl", .pdl = true, .add = true, .fused = true, .one_row = true});
+    variants.push_back({.name = "mma", .mma = true});
+    variants.push_back({.name = "mma-pdl", .pdl = true, .mma = true});
   }
 
   auto cublas = GemmRunner::Create({});
@@ -232,6 +248,7 @@ int main(int argc, char** argv) {
         continue;
       }
       for (const Variant& v : variants) {
+        if (v.one_row && m != 1) continue;
         const double us = TimeVariant(r, v, calls, repeats, stream);
         const double gb_s = static_cast<double>(weight_bytes) / (us * 1e3);
         std::printf("%-12s %2d %-16s %10.2f %9.0f\n", shape.name.c_str(), m, v.name.c_str(), us,
