@@ -1,0 +1,176 @@
+// xserv-persistent-bench: a Qwen3-8B FP8 decode step's weight streaming at batch 1 as separate
+// GEMV kernels (PDL, one graph) against one persistent kernel whose phases are separated by grid
+// barriers, with and without the next phase's first loads issued before each barrier
+// (persistent_step.h says why). Layers of qkv 6144x4096, o 4096x4096, gate_up 24576x4096, down
+// 4096x12288 (FP8 E4M3, 128x128 block scales; 6.95 GB over 36 layers), optionally with the small
+// ops between them as latency phases (3 after qkv: q/k norm, attention, merge; 1 after gate_up:
+// SiluMul). Checks that both forms write the same bits in every phase, then prints ms per step
+// and the weights' read rate.
+//
+// Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/tools/bench_util.h"
+#include "kernels/cuda/tools/persistent_step.h"
+
+namespace {
+
+using xserv::kernels::cuda::GemvArgs;
+using xserv::kernels::cuda::bench::StreamPhase;
+
+struct Matmul {
+  int n, k;
+};
+
+void* DeviceBytes(size_t bytes) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+// E4M3 codes of magnitude below 1 (exponent field at most 6) and block scales near 1 / sqrt(k):
+// outputs of about unit size, layer after layer.
+void FillWeights(const Matmul& m, uint8_t* codes, float* scales, std::mt19937& rng) {
+  std::vector<uint8_t> host(static_cast<size_t>(m.n) * m.k);
+  for (uint8_t& c : host) {
+    const auto r = static_cast<uint8_t>(rng());
+    c = static_cast<uint8_t>((r & 0x80) | (r % 0x38));
+  }
+  CHECK_CUDA(cudaMemcpy(codes, host.data(), host.size(), cudaMemcpyHostToDevice));
+  const size_t blocks = static_cast<size_t>((m.n + 127) / 128) * ((m.k + 127) / 128);
+  std::vector<float> s(blocks);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (float& v : s) v = u(rng) * 2.0f / std::sqrt(static_cast<float>(m.k));
+  CHECK_CUDA(cudaMemcpy(scales, s.data(), blocks * 4, cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"A batch-1 FP8 step's weights: separate GEMV kernels vs one persistent kernel"};
+  int layers = 36, repeats = 20;
+  bool latency_phases = true;
+  app.add_option("--layers", layers, "Qwen3-8B layers to stream")->capture_default_str();
+  app.add_option("--latency-phases", latency_phases,
+                 "the small ops between the matmuls as one-CTA copy phases")
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "timed replays (best kept)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const Matmul qkv{6144, 4096}, o{4096, 4096}, gate_up{24576, 4096}, down{4096, 12288};
+  std::mt19937 rng(7);
+  // Two output sets (separate kernels, persistent kernel), one buffer per phase.
+  std::vector<StreamPhase> phases[2];
+  double weight_bytes = 0;
+  void* x0 = DeviceBytes(4096 * 2);
+  {
+    std::vector<uint16_t> x(4096);
+    for (uint16_t& v : x) v = static_cast<uint16_t>(0x3f80 | (rng() & 0x7f) | (rng() & 0x8000));
+    CHECK_CUDA(cudaMemcpy(x0, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  }
+  const void* prev[2] = {x0, x0};
+  const auto add = [&](const Matmul* m, int copy_n, int k) {
+    uint8_t* codes = nullptr;
+    float* scales = nullptr;
+    if (m != nullptr) {
+      codes = static_cast<uint8_t*>(DeviceBytes(static_cast<size_t>(m->n) * m->k));
+      scales = static_cast<float*>(
+          DeviceBytes(static_cast<size_t>((m->n + 127) / 128) * ((m->k + 127) / 128) * 4));
+      FillWeights(*m, codes, scales, rng);
+      weight_bytes += static_cast<double>(m->n) * m->k;
+    }
+    const int n = m != nullptr ? m->n : copy_n;
+    for (int f = 0; f < 2; ++f) {
+      void* out = DeviceBytes(static_cast<size_t>(n) * 2);
+      CHECK_CUDA(cudaMemset(out, 0xff, static_cast<size_t>(n) * 2));
+      phases[f].push_back({.w = codes, .scales = scales, .x = prev[f], .out = out, .n = n,
+                           .k = m != nullptr ? m->k : k});
+      prev[f] = out;
+    }
+  };
+  for (int l = 0; l < layers; ++l) {
+    add(&qkv, 0, 0);
+    if (latency_phases) {
+      for (int i = 0; i < 3; ++i) add(nullptr, 4096, 4096);  // q/k norm, attention, merge
+    }
+    add(&o, 0, 0);
+    add(&gate_up, 0, 0);
+    if (latency_phases) add(nullptr, 12288, 12288);  // SiluMul
+    add(&down, 0, 0);
+  }
+  const int num_phases = static_cast<int>(phases[0].size());
+
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto separate = [&](int, cudaStream_t s) {
+    for (const StreamPhase& p : phases[0]) {
+      if (p.w == nullptr) {
+        CHECK_CUDA(xserv::kernels::cuda::bench::LaunchCopyPhase(p, s));
+        continue;
+      }
+      const GemvArgs a{.x = p.x, .ldx = p.k, .w = p.w, .ldw = p.k, .out = p.out, .ldo = p.n,
+                       .m = 1, .n = p.n, .k = p.k, .scales = p.scales,
+                       .scale_cols = (p.k + 127) / 128, .block = 128, .pdl = true};
+      CHECK_CUDA(xserv::kernels::cuda::LaunchGemv(a, s));
+    }
+  };
+  auto* device_phases = static_cast<StreamPhase*>(DeviceBytes(sizeof(StreamPhase) * num_phases));
+  CHECK_CUDA(cudaMemcpy(device_phases, phases[1].data(), sizeof(StreamPhase) * num_phases,
+                        cudaMemcpyHostToDevice));
+  auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
+  const auto persistent = [&](bool prefetch) {
+    return [&, prefetch](int, cudaStream_t s) {
+      CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
+      CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
+          {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
+           .prefetch = prefetch},
+          12288, s));
+    };
+  };
+
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs; %d layers, %d phases, %.2f GB of FP8 weights\n", prop.name,
+              prop.multiProcessorCount, layers, num_phases, weight_bytes / 1e9);
+  // Correctness first: one step of each form, every phase's output compared.
+  separate(0, stream);
+  for (const bool prefetch : {false, true}) {
+    for (const StreamPhase& p : phases[1]) {
+      CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
+    }
+    persistent(prefetch)(0, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    int equal = 0;
+    for (int i = 0; i < num_phases; ++i) {
+      const size_t bytes = static_cast<size_t>(phases[0][i].n) * 2;
+      std::vector<char> a(bytes), b(bytes);
+      CHECK_CUDA(cudaMemcpy(a.data(), phases[0][i].out, bytes, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(b.data(), phases[1][i].out, bytes, cudaMemcpyDeviceToHost));
+      equal += std::memcmp(a.data(), b.data(), bytes) == 0;
+    }
+    std::printf("persistent%s: %d of %d phase outputs equal the GEMV kernels' bit for bit\n",
+                prefetch ? " (prefetch)" : "", equal, num_phases);
+    if (equal != num_phases) return 1;
+  }
+  using xserv::kernels::cuda::bench::TimeGraphOfCalls;
+  const double us_separate = TimeGraphOfCalls(separate, 1, repeats, stream);
+  const double us_plain = TimeGraphOfCalls(persistent(false), 1, repeats, stream);
+  const double us_prefetch = TimeGraphOfCalls(persistent(true), 1, repeats, stream);
+  const std::pair<const char*, double> rows[] = {
+      {"separate GEMV kernels", us_separate},
+      {"persistent, barriers only", us_plain},
+      {"persistent, next loads before each barrier", us_prefetch}};
+  for (const auto& [name, us] : rows) {
+    std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name, us, weight_bytes / (us * 1e3));
+  }
+  return 0;
+}

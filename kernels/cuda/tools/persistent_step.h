@@ -1,0 +1,41 @@
+// A measurement for issue 15's batch-1 target (xserv-persistent-bench): how fast one persistent
+// kernel streams a decode step's FP8 weights when the step's matmuls are phases separated by grid
+// barriers instead of kernels, and whether loading the next phase's first weights before each
+// barrier (as PDL does before a kernel's wait) hides the barriers. Not a model path: no norms,
+// attention or activation, only the weight-streaming skeleton of Qwen3-8B's layers, with the
+// decode GEMV's arithmetic (gemv.cu, FP8 2x4 tile) so that its outputs can be checked against
+// the GEMV kernels' bit for bit.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace xserv::kernels::cuda::bench {
+
+// out[n] = x[k] · dequant(w)[n, k]^T as the one-row FP8 GEMV computes it (bf16 x and out, E4M3
+// codes [n, k] with 128 x 128 block scales). w null: a latency phase, standing for a small op
+// between matmuls: CTA 0 copies x's first n values to out.
+struct StreamPhase {
+  const uint8_t* w = nullptr;
+  const float* scales = nullptr;
+  const void* x = nullptr;
+  void* out = nullptr;
+  int n = 0, k = 0;
+};
+
+struct PersistentStepArgs {
+  const StreamPhase* phases = nullptr;  // device memory, num_phases of them
+  int num_phases = 0;
+  unsigned* barrier = nullptr;  // zeroed before each launch (the barriers count up from it)
+  bool prefetch = true;         // the next phase's first batch of loads before each barrier
+};
+
+// One cooperative launch of the persistent kernel over every resident CTA.
+cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cudaStream_t stream);
+
+// The latency phase as its own kernel (PDL-launched, waiting before it writes), for the baseline
+// of separate kernels.
+cudaError_t LaunchCopyPhase(const StreamPhase& phase, cudaStream_t stream);
+
+}  // namespace xserv::kernels::cuda::bench
