@@ -284,6 +284,7 @@ cudaError_t LaunchWith(const GemvArgs& a, cudaStream_t stream) {
       err != cudaSuccess) {
     return err;
   }
+  if (a.max_ctas_per_sm > 0) per_sm = std::min(per_sm, a.max_ctas_per_sm);
   constexpr int kGroupCols = kGlu ? 1 : kCols;
   const int64_t needed = ((kGlu ? a.n / 2 : a.n) + kWarps * kGroupCols - 1) / (kWarps * kGroupCols);
   const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * SmCount();

@@ -75,6 +75,10 @@ struct GemvArgs {
   // flight per lane, one of 1x4, 1x8, 2x4, 4x2, 4x4. Results do not depend on it.
   int tile_cols = 0;
   int tile_unroll = 0;
+  // For benchmarks: at most this many CTAs per SM (0: as many as fit, the default). Fewer leave
+  // room for the next kernel's CTAs to be resident, and issue their first loads, while this one
+  // streams.
+  int max_ctas_per_sm = 0;
 };
 
 // m in [1, kGemvMaxRows], k a multiple of 8 (16 and a block a multiple of 16 for FP8 weights),

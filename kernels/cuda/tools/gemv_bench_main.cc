@@ -8,7 +8,8 @@
 // for: the GEMV's launch and first weight loads overlap the norm. "-norm-pdl" / "-add-pdl"
 // chains launch the norm (with a residual add, its sum out of place) with PDL too; "fused-*"
 // rows are the same pairs as one GEMV with the norm as its prologue (gemv.h, GemvNorm; FP8, one
-// row). "mma" rows (FP8) time the tensor-core GEMV (fp8_gemv_mma.h) alone.
+// row). "mma" rows (FP8) time the tensor-core GEMV (fp8_gemv_mma.h) alone. "-cN" rows cap the
+// GEMV at N CTAs per SM (GemvArgs::max_ctas_per_sm).
 //
 // Usage: xserv-gemv-bench [--shapes qkv=6144x4096,...] [--rows 1,2,4,8] [--fp8] [--json FILE]
 #include <cuda_runtime_api.h>
@@ -53,6 +54,7 @@ struct Variant {
   bool fused = false;     // the norm as the GEMV's prologue instead (GemvNorm)
   bool mma = false;       // FP8: the tensor-core GEMV (fp8_gemv_mma.h) instead
   bool one_row = false;   // a form of single-row calls only (the norm prologue)
+  int ctas_per_sm = 0;    // GemvArgs::max_ctas_per_sm
 };
 
 // One call of `v` on weight copy `i`.
@@ -98,7 +100,8 @@ struct Runner {
     GemvArgs a{.x = x, .ldx = shape.k, .w = weights[i], .ldw = shape.k, .out = out,
                .ldo = shape.n, .m = m, .n = shape.n, .k = shape.k, .scales = scales,
                .scale_cols = (shape.k + 127) / 128, .block = fp8 ? 128 : 0, .pdl = v.pdl,
-               .tile_cols = v.cols, .tile_unroll = v.unroll};
+               .tile_cols = v.cols, .tile_unroll = v.unroll,
+               .max_ctas_per_sm = v.ctas_per_sm};
     if (v.fused) {
       a.x = x_src;
       a.norm = {.residual = v.add ? residual : nullptr,
@@ -197,6 +200,14 @@ int main(int argc, char** argv) {
   variants.push_back({.name = "chain-norm-pdl", .pdl = true, .chain = true, .norm_pdl = true});
   variants.push_back(
       {.name = "chain-add-pdl", .pdl = true, .chain = true, .norm_pdl = true, .add = true});
+  // The grid capped below what fits, so the next call's CTAs may be resident early.
+  variants.push_back({.name = "gemv-pdl", .pdl = true});
+  for (const int ctas : {1, 2}) {  // the default: all that fit (3 at one FP8 row, 6 bf16)
+    const std::string c = "-c" + std::to_string(ctas);
+    variants.push_back({.name = "gemv-pdl" + c, .pdl = true, .ctas_per_sm = ctas});
+    variants.push_back({.name = "chain-norm-pdl" + c, .pdl = true, .chain = true,
+                        .norm_pdl = true, .ctas_per_sm = ctas});
+  }
   if (fp8) {  // the GEMV's norm prologue is FP8-only (gemv.h)
     variants.push_back({.name = "fused-norm-pdl", .pdl = true, .fused = true, .one_row = true});
     variants.push_back(
