@@ -5,7 +5,8 @@
 // 4096x12288 (FP8 E4M3, 128x128 block scales; 6.95 GB over 36 layers), optionally with the small
 // ops between them as latency phases (3 after qkv: q/k norm, attention, merge; 1 after gate_up:
 // SiluMul). Checks that both forms write the same bits in every phase, then prints ms per step
-// and the weights' read rate.
+// and the weights' read rate; last, the persistent kernel without barriers (its outputs wrong:
+// what the phases cost when none waits for the one before).
 //
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
 #include <cuda_runtime_api.h>
@@ -127,12 +128,12 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMemcpy(device_phases, phases[1].data(), sizeof(StreamPhase) * num_phases,
                         cudaMemcpyHostToDevice));
   auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
-  const auto persistent = [&](bool prefetch) {
-    return [&, prefetch](int, cudaStream_t s) {
+  const auto persistent = [&](bool prefetch, bool barriers = true) {
+    return [&, prefetch, barriers](int, cudaStream_t s) {
       CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
           {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
-           .prefetch = prefetch},
+           .prefetch = prefetch, .barriers = barriers},
           12288, s));
     };
   };
@@ -165,10 +166,12 @@ int main(int argc, char** argv) {
   const double us_separate = TimeGraphOfCalls(separate, 1, repeats, stream);
   const double us_plain = TimeGraphOfCalls(persistent(false), 1, repeats, stream);
   const double us_prefetch = TimeGraphOfCalls(persistent(true), 1, repeats, stream);
+  const double us_free = TimeGraphOfCalls(persistent(true, false), 1, repeats, stream);
   const std::pair<const char*, double> rows[] = {
       {"separate GEMV kernels", us_separate},
       {"persistent, barriers only", us_plain},
-      {"persistent, next loads before each barrier", us_prefetch}};
+      {"persistent, next loads before each barrier", us_prefetch},
+      {"persistent, no barriers (timing only)", us_free}};
   for (const auto& [name, us] : rows) {
     std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name, us, weight_bytes / (us * 1e3));
   }

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) PersistentStepKernel(
       load_batch(next, first_n0, lane);
       batch_loaded = true;
     }
-    GridBarrier(s.barrier, static_cast<unsigned>(i + 1) * gridDim.x);
+    if (s.barriers) GridBarrier(s.barrier, static_cast<unsigned>(i + 1) * gridDim.x);
   }
 }
 

@@ -29,6 +29,9 @@ struct PersistentStepArgs {
   int num_phases = 0;
   unsigned* barrier = nullptr;  // zeroed before each launch (the barriers count up from it)
   bool prefetch = true;         // the next phase's first batch of loads before each barrier
+  // false: no barriers, for timing only (a phase then reads its x before the phase that writes
+  // it is done): what the phases cost without waiting on one another.
+  bool barriers = true;
 };
 
 // One cooperative launch of the persistent kernel over every resident CTA.
