@@ -5,8 +5,8 @@
 // 4096x12288 (FP8 E4M3, 128x128 block scales; 6.95 GB over 36 layers), optionally with the small
 // ops between them as latency phases (3 after qkv: q/k norm, attention, merge; 1 after gate_up:
 // SiluMul). Checks that both forms write the same bits in every phase, then prints ms per step
-// and the weights' read rate; last, the persistent kernel without barriers (its outputs wrong:
-// what the phases cost when none waits for the one before).
+// and the weights' read rate; then the persistent kernel without barriers (its outputs wrong:
+// what the phases cost when none waits for the one before), and its shared-memory ring form.
 //
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
 #include <cuda_runtime_api.h>
@@ -128,12 +128,12 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMemcpy(device_phases, phases[1].data(), sizeof(StreamPhase) * num_phases,
                         cudaMemcpyHostToDevice));
   auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
-  const auto persistent = [&](bool prefetch, bool barriers = true) {
-    return [&, prefetch, barriers](int, cudaStream_t s) {
+  const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false) {
+    return [&, prefetch, barriers, ring](int, cudaStream_t s) {
       CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
           {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
-           .prefetch = prefetch, .barriers = barriers},
+           .prefetch = prefetch, .barriers = barriers, .smem_ring = ring},
           12288, s));
     };
   };
@@ -144,11 +144,12 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, layers, num_phases, weight_bytes / 1e9);
   // Correctness first: one step of each form, every phase's output compared.
   separate(0, stream);
-  for (const bool prefetch : {false, true}) {
+  for (const int form : {0, 1, 2}) {  // barriers; + prefetch; the shared-memory ring
+    const bool prefetch = form == 1, ring = form == 2;
     for (const StreamPhase& p : phases[1]) {
       CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
     }
-    persistent(prefetch)(0, stream);
+    persistent(prefetch, true, ring)(0, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     int equal = 0;
     for (int i = 0; i < num_phases; ++i) {
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
       equal += std::memcmp(a.data(), b.data(), bytes) == 0;
     }
     std::printf("persistent%s: %d of %d phase outputs equal the GEMV kernels' bit for bit\n",
-                prefetch ? " (prefetch)" : "", equal, num_phases);
+                prefetch ? " (prefetch)" : ring ? " (ring)" : "", equal, num_phases);
     if (equal != num_phases) return 1;
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
@@ -167,11 +168,13 @@ int main(int argc, char** argv) {
   const double us_plain = TimeGraphOfCalls(persistent(false), 1, repeats, stream);
   const double us_prefetch = TimeGraphOfCalls(persistent(true), 1, repeats, stream);
   const double us_free = TimeGraphOfCalls(persistent(true, false), 1, repeats, stream);
+  const double us_ring = TimeGraphOfCalls(persistent(false, true, true), 1, repeats, stream);
   const std::pair<const char*, double> rows[] = {
       {"separate GEMV kernels", us_separate},
       {"persistent, barriers only", us_plain},
       {"persistent, next loads before each barrier", us_prefetch},
-      {"persistent, no barriers (timing only)", us_free}};
+      {"persistent, no barriers (timing only)", us_free},
+      {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
   for (const auto& [name, us] : rows) {
     std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name, us, weight_bytes / (us * 1e3));
   }

@@ -15,6 +15,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/tools/grid_barrier.cuh"
 #include "kernels/cuda/tools/persistent_step.h"
 
 namespace xserv::kernels::cuda::bench {
@@ -26,20 +27,6 @@ constexpr int kCols = 2;    // rows per warp group
 constexpr int kUnroll = 4;  // 16-byte loads per row in flight per lane
 constexpr int kCodes = 16;  // E4M3 codes per load
 constexpr int kBlock = 128;
-
-// All CTAs of the grid have arrived `target` times in total (each arrives once per barrier).
-__device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // this CTA's writes (ordered before by the barrier above) become visible
-    atomicAdd(counter, 1u);
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < target);
-  }
-  __syncthreads();
-}
 
 __global__ void __launch_bounds__(kThreads) PersistentStepKernel(
     const __grid_constant__ PersistentStepArgs s) {
@@ -141,6 +128,7 @@ __global__ void CopyPhaseKernel(const __grid_constant__ StreamPhase p) {
 }  // namespace
 
 cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cudaStream_t stream) {
+  if (args.smem_ring) return LaunchPersistentRing(args, max_k, stream);
   const size_t smem = static_cast<size_t>(max_k) * 2;
   if (smem > 48 * 1024) {
     if (const cudaError_t err = cudaFuncSetAttribute(

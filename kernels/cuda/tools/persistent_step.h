@@ -32,10 +32,18 @@ struct PersistentStepArgs {
   // false: no barriers, for timing only (a phase then reads its x before the phase that writes
   // it is done): what the phases cost without waiting on one another.
   bool barriers = true;
+  // The shared-memory ring form instead (persistent_ring.cu): one CTA of 16 warps per SM owns a
+  // block of each phase's rows and copies them, a chunk of rows at a time, into two halves of
+  // shared memory, the next chunk (of this phase or the next) in flight while the current one
+  // computes, across the barriers. Outputs the same bits as the GEMV.
+  bool smem_ring = false;
 };
 
 // One cooperative launch of the persistent kernel over every resident CTA.
 cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cudaStream_t stream);
+
+// The ring form's launch (LaunchPersistentStep calls it for smem_ring); max_k <= 12288.
+cudaError_t LaunchPersistentRing(const PersistentStepArgs& args, int max_k, cudaStream_t stream);
 
 // The latency phase as its own kernel (PDL-launched, waiting before it writes), for the baseline
 // of separate kernels.
