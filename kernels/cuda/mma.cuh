@@ -31,6 +31,18 @@ __device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d += a * b on FP8 E4M3 codes (sm_89+), m16n8k32: lane (g, q) holds A rows g (a[0], a[2]) and
+// g + 8 (a[1], a[3]) at K 4q..4q+3 (a[0], a[1]) and 16 + 4q.. (a[2], a[3]), four codes a register,
+// and B column g at K 4q..4q+3 (b0) and 16 + 4q.. (b1); C as in m16n8k16. fp32 accumulators.
+__device__ __forceinline__ void MmaE4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Two consecutive bf16 (4-byte aligned) as one fragment register.
 __device__ __forceinline__ uint32_t Lds32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);

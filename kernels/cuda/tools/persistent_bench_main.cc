@@ -6,11 +6,13 @@
 // ops between them as latency phases (3 after qkv: q/k norm, attention, merge; 1 after gate_up:
 // SiluMul). Checks that both forms write the same bits in every phase, then prints ms per step
 // and the weights' read rate; then the persistent kernel without barriers (its outputs wrong:
-// what the phases cost when none waits for the one before), and its shared-memory ring form.
+// what the phases cost when none waits for the one before), and its shared-memory ring forms
+// (the W8A8 one checked against the GEMV within W8A8's error, its bits being other).
 //
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -128,12 +130,13 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMemcpy(device_phases, phases[1].data(), sizeof(StreamPhase) * num_phases,
                         cudaMemcpyHostToDevice));
   auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
-  const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false) {
-    return [&, prefetch, barriers, ring](int, cudaStream_t s) {
+  const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
+                              bool w8a8 = false) {
+    return [&, prefetch, barriers, ring, w8a8](int, cudaStream_t s) {
       CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
           {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
-           .prefetch = prefetch, .barriers = barriers, .smem_ring = ring},
+           .prefetch = prefetch, .barriers = barriers, .smem_ring = ring, .ring_w8a8 = w8a8},
           12288, s));
     };
   };
@@ -163,18 +166,55 @@ int main(int argc, char** argv) {
                 prefetch ? " (prefetch)" : ring ? " (ring)" : "", equal, num_phases);
     if (equal != num_phases) return 1;
   }
+  // The W8A8 ring: other bits (x quantised), so the first phase against the GEMV's within
+  // W8A8's error, and every phase written (the poison gone) and finite.
+  {
+    for (const StreamPhase& p : phases[1]) {
+      CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
+    }
+    persistent(false, true, false, true)(0, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    const auto floats = [](const StreamPhase& p) {
+      std::vector<uint16_t> bits(p.n);
+      CHECK_CUDA(cudaMemcpy(bits.data(), p.out, bits.size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<float> v(p.n);
+      for (int i = 0; i < p.n; ++i) {
+        const uint32_t u = uint32_t{bits[i]} << 16;
+        std::memcpy(&v[i], &u, 4);
+      }
+      return v;
+    };
+    const std::vector<float> want = floats(phases[0][0]), got = floats(phases[1][0]);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+    }
+    int finite = 0;
+    for (const StreamPhase& p : phases[1]) {
+      const std::vector<float> v = floats(p);
+      finite += std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
+    }
+    std::printf("persistent (W8A8 ring): phase 0 within %.4f of the GEMV's (relative to its "
+                "largest output); %d of %d phases written and finite\n",
+                worst / scale, finite, num_phases);
+    if (worst / scale > 0.05 || finite != num_phases) return 1;
+  }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
   const double us_separate = TimeGraphOfCalls(separate, 1, repeats, stream);
   const double us_plain = TimeGraphOfCalls(persistent(false), 1, repeats, stream);
   const double us_prefetch = TimeGraphOfCalls(persistent(true), 1, repeats, stream);
   const double us_free = TimeGraphOfCalls(persistent(true, false), 1, repeats, stream);
   const double us_ring = TimeGraphOfCalls(persistent(false, true, true), 1, repeats, stream);
+  const double us_ring_w8a8 =
+      TimeGraphOfCalls(persistent(false, true, false, true), 1, repeats, stream);
   const std::pair<const char*, double> rows[] = {
       {"separate GEMV kernels", us_separate},
       {"persistent, barriers only", us_plain},
       {"persistent, next loads before each barrier", us_prefetch},
       {"persistent, no barriers (timing only)", us_free},
-      {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
+      {"persistent, shared-memory ring (1 CTA/SM)", us_ring},
+      {"persistent, shared-memory ring, W8A8 MMAs", us_ring_w8a8}};
   for (const auto& [name, us] : rows) {
     std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name, us, weight_bytes / (us * 1e3));
   }

@@ -128,6 +128,7 @@ __global__ void CopyPhaseKernel(const __grid_constant__ StreamPhase p) {
 }  // namespace
 
 cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cudaStream_t stream) {
+  if (args.ring_w8a8) return LaunchPersistentRingW8A8(args, max_k, stream);
   if (args.smem_ring) return LaunchPersistentRing(args, max_k, stream);
   const size_t smem = static_cast<size_t>(max_k) * 2;
   if (smem > 48 * 1024) {

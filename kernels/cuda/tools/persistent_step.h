@@ -37,6 +37,9 @@ struct PersistentStepArgs {
   // shared memory, the next chunk (of this phase or the next) in flight while the current one
   // computes, across the barriers. Outputs the same bits as the GEMV.
   bool smem_ring = false;
+  // ... with FP8 x FP8 MMAs on whole 16-row tiles, x quantised per phase as the W8A8 GEMM's
+  // (persistent_ring_w8a8.cu): W8A8 results, not the GEMV's bits.
+  bool ring_w8a8 = false;
 };
 
 // One cooperative launch of the persistent kernel over every resident CTA.
@@ -44,6 +47,8 @@ cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cuda
 
 // The ring form's launch (LaunchPersistentStep calls it for smem_ring); max_k <= 12288.
 cudaError_t LaunchPersistentRing(const PersistentStepArgs& args, int max_k, cudaStream_t stream);
+cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
+                                     cudaStream_t stream);
 
 // The latency phase as its own kernel (PDL-launched, waiting before it writes), for the baseline
 // of separate kernels.

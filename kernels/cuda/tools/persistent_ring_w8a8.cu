@@ -1,0 +1,207 @@
+// The persistent step's shared-memory ring with FP8 x FP8 tensor-core arithmetic
+// (persistent_step.h, PersistentStepArgs::ring_w8a8).
+//
+// As persistent_ring.cu (one CTA of 16 warps per SM, two halves of shared memory, the next chunk
+// in flight while the current one computes, across the barriers), but a CTA owns whole tiles of
+// 16 rows (the M of mma.sync m16n8k32) and a chunk is one tile's rows over up to kChunkCols
+// inputs (down's 12,288 inputs take two chunks; the tile's sums stay in registers between them).
+// Each phase's x is quantised once per CTA as QuantizeFp8Rows does (a scale per 128 inputs), so
+// the results are W8A8's, not the GEMV's bits. In a chunk the warps take its 64-input steps in
+// turn; thread (g, q) reads 16 codes of rows g and g + 8 and of x at inputs 16q.. of the step,
+// which are the two MMAs' fragments as they lie (the W8A8 GEMV's mapping, branch
+// exp/fp8-w8a8-gemv). A tile's warps meet in shared memory in warp order. Rows are padded in the
+// ring so that the rows a quarter-warp reads fall in different banks.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tools/grid_barrier.cuh"
+#include "kernels/cuda/tools/persistent_step.h"
+
+namespace xserv::kernels::cuda::bench {
+namespace {
+
+constexpr int kWarps = 16;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kTileRows = 16;
+constexpr int kStep = 64;
+constexpr int kGroup = 128;  // weight block and activation scale
+constexpr int kMaxK = 12288;
+constexpr int kChunkCols = 6144;
+constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflict
+constexpr int kHalfBytes = kTileRows * (kChunkCols + kPad);
+constexpr int kSmemBytes = kMaxK + (kMaxK / kGroup) * 4 + 2 * kHalfBytes;
+
+struct Cursor {
+  int phase = 0, tile = 0, col = 0;  // col: the chunk of inputs
+};
+
+__device__ __forceinline__ int TilesPerCta(int n) {
+  const int tiles = (n + kTileRows - 1) / kTileRows;
+  return (tiles + gridDim.x - 1) / gridDim.x;
+}
+// This CTA's tiles of a phase: [first, first + count).
+__device__ __forceinline__ int2 TilesOf(int n) {
+  const int tiles = (n + kTileRows - 1) / kTileRows, per = TilesPerCta(n);
+  const int first = min(tiles, static_cast<int>(blockIdx.x) * per);
+  return make_int2(first, min(tiles, first + per) - first);
+}
+__device__ __forceinline__ int ColChunks(int k) { return (k + kChunkCols - 1) / kChunkCols; }
+__device__ __forceinline__ bool Streams(const StreamPhase& p) {
+  return p.w != nullptr && TilesOf(p.n).y > 0;
+}
+
+// x (bf16 [k]) to E4M3 codes and a scale per 128 inputs, as QuantizeFp8Rows: 16 lanes of 8.
+__device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, float* scales) {
+  const int lane = threadIdx.x % kWarpSize, chunks = p.k / 8;
+  const uint4* x = static_cast<const uint4*>(p.x);
+  for (int base = threadIdx.x - lane; base < chunks; base += kThreads) {
+    const int c = base + lane;
+    float v[8] = {};
+    if (c < chunks) UnpackBf16x8(x[c], v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+    if (c >= chunks) continue;
+    const float scale = Fp8ScaleOf(amax);
+    uint2 packed = make_uint2(0, 0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      packed.x |= uint32_t{Fp8CodeOf(v[i], scale)} << (8 * i);
+      packed.y |= uint32_t{Fp8CodeOf(v[4 + i], scale)} << (8 * i);
+    }
+    reinterpret_cast<uint2*>(codes)[c] = packed;
+    if (c % 16 == 0) scales[c / 16] = scale;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
+    const __grid_constant__ PersistentStepArgs s) {
+  extern __shared__ uint4 smem[];
+  auto* x_codes = reinterpret_cast<uint8_t*>(smem);
+  auto* x_scales = reinterpret_cast<float*>(x_codes + kMaxK);
+  uint8_t* ring = x_codes + kMaxK + (kMaxK / kGroup) * 4;
+  __shared__ float partial[kWarps][kTileRows];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+
+  const auto copy = [&](const Cursor& c, int h) {
+    const StreamPhase& p = s.phases[c.phase];
+    const int row0 = (TilesOf(p.n).x + c.tile) * kTileRows, col0 = c.col * kChunkCols;
+    const int cols = min(kChunkCols, p.k - col0), vecs_per_row = cols / 16;
+    uint8_t* dst = ring + h * kHalfBytes;
+    for (int v = threadIdx.x; v < kTileRows * vecs_per_row; v += kThreads) {
+      const int r = v / vecs_per_row, col = (v % vecs_per_row) * 16;
+      if (row0 + r < p.n) {
+        CpAsync16(dst + r * (cols + kPad) + col, p.w + int64_t{row0 + r} * p.k + col0 + col, 16);
+      }
+    }
+  };
+  // The chunk after c: the next inputs of the tile, the next tile, else the first of the next
+  // phase that streams (phase == num_phases: none).
+  const auto next_of = [&](Cursor c) {
+    const StreamPhase& p = s.phases[c.phase];
+    if (++c.col < ColChunks(p.k)) return c;
+    c.col = 0;
+    if (++c.tile < TilesOf(p.n).y) return c;
+    c.tile = 0;
+    ++c.phase;
+    while (c.phase < s.num_phases && !Streams(s.phases[c.phase])) ++c.phase;
+    return c;
+  };
+
+  Cursor first;
+  while (first.phase < s.num_phases && !Streams(s.phases[first.phase])) ++first.phase;
+  if (first.phase < s.num_phases) copy(first, 0);
+  CpAsyncCommit();
+  int half = 0;
+  for (int i = 0; i < s.num_phases; ++i) {
+    const StreamPhase p = s.phases[i];
+    if (i > 0) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
+    if (p.w == nullptr) {  // a latency phase: one CTA's dependent copy
+      if (blockIdx.x == 0) {
+        const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+        auto* out = static_cast<__nv_bfloat16*>(p.out);
+        for (int c = threadIdx.x; c < p.n; c += kThreads) out[c] = x[c];
+      }
+      continue;
+    }
+    const int2 tiles = TilesOf(p.n);
+    if (tiles.y == 0) continue;
+    QuantizeX(p, x_codes, x_scales);
+    const int scale_cols = (p.k + kGroup - 1) / kGroup;
+    for (int t = 0; t < tiles.y; ++t) {
+      const int row0 = (tiles.x + t) * kTileRows;
+      const float* w_scales = p.scales + (row0 / kGroup) * scale_cols;
+      float acc[4] = {};
+      for (int col = 0; col < ColChunks(p.k); ++col) {
+        const Cursor next = next_of({i, t, col});
+        if (next.phase < s.num_phases) copy(next, half ^ 1);
+        CpAsyncCommit();
+        CpAsyncWait<1>();
+        __syncthreads();
+        const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
+        const uint8_t* buf = ring + half * kHalfBytes;
+        for (int st = warp; st < cols / kStep; st += kWarps) {
+          const int at = st * kStep + 16 * q;
+          const uint4 lo = *reinterpret_cast<const uint4*>(buf + g * (cols + kPad) + at);
+          const uint4 hi = *reinterpret_cast<const uint4*>(buf + (g + 8) * (cols + kPad) + at);
+          const uint4 xv = *reinterpret_cast<const uint4*>(x_codes + col0 + at);
+          float step[4] = {};
+          MmaE4m3(step, {lo.x, hi.x, lo.y, hi.y}, xv.x, xv.y);
+          MmaE4m3(step, {lo.z, hi.z, lo.w, hi.w}, xv.z, xv.w);
+          const int group = (col0 + st * kStep) / kGroup;
+          const float scale = __ldg(w_scales + group) * x_scales[group];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[j] = fmaf(step[j], scale, acc[j]);
+        }
+        __syncthreads();  // this half is free for the chunk after next
+        half ^= 1;
+      }
+      // C column 0 (x's row, in every column alike): acc[0] row g, acc[2] row g + 8 of q = 0.
+      if (q == 0) {
+        partial[warp][g] = acc[0];
+        partial[warp][g + 8] = acc[2];
+      }
+      __syncthreads();
+      if (threadIdx.x < kTileRows && row0 + threadIdx.x < p.n) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum += partial[w][threadIdx.x];
+        static_cast<__nv_bfloat16*>(p.out)[row0 + threadIdx.x] = __float2bfloat16_rn(sum);
+      }
+      __syncthreads();  // partial is the next tile's
+    }
+  }
+  CpAsyncWait<0>();
+}
+
+}  // namespace
+
+cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
+                                     cudaStream_t stream) {
+  if (max_k > kMaxK) return cudaErrorInvalidValue;
+  if (const cudaError_t err = cudaFuncSetAttribute(
+          PersistentRingW8A8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      err != cudaSuccess) {
+    return err;
+  }
+  int per_sm = 0;
+  if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, PersistentRingW8A8Kernel, kThreads, kSmemBytes);
+      err != cudaSuccess) {
+    return err;
+  }
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  PersistentStepArgs a = args;
+  void* params[] = {&a};
+  return cudaLaunchCooperativeKernel(PersistentRingW8A8Kernel, dim3(SmCount()), dim3(kThreads),
+                                     params, kSmemBytes, stream);
+}
+
+}  // namespace xserv::kernels::cuda::bench
