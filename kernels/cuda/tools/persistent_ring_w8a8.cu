@@ -1,10 +1,11 @@
 // The persistent step's shared-memory ring with FP8 x FP8 tensor-core arithmetic
 // (persistent_step.h, PersistentStepArgs::ring_w8a8).
 //
-// As persistent_ring.cu (one CTA of 16 warps per SM, two halves of shared memory, the next chunk
-// in flight while the current one computes, across the barriers), but a CTA owns whole tiles of
-// 16 rows (the M of mma.sync m16n8k32) and a chunk is one tile's rows over up to kChunkCols
-// inputs (down's 12,288 inputs take two chunks; the tile's sums stay in registers between them).
+// As persistent_ring.cu (one CTA of 16 warps per SM, chunks copied ahead into shared memory
+// across the barriers), but with kStages stages (kStages - 1 chunks in flight while one
+// computes: two halves measured no faster than the CUDA-core ring), a CTA owning whole tiles of
+// 16 rows (the M of mma.sync m16n8k32), and a chunk one tile's rows over kChunkCols inputs (the
+// tile's sums stay in registers across its chunks).
 // Each phase's x is quantised once per CTA as QuantizeFp8Rows does (a scale per 128 inputs), so
 // the results are W8A8's, not the GEMV's bits. In a chunk the warps take its 64-input steps in
 // turn; thread (g, q) reads 16 codes of rows g and g + 8 and of x at inputs 16q.. of the step,
@@ -30,10 +31,11 @@ constexpr int kTileRows = 16;
 constexpr int kStep = 64;
 constexpr int kGroup = 128;  // weight block and activation scale
 constexpr int kMaxK = 12288;
-constexpr int kChunkCols = 6144;
+constexpr int kChunkCols = 2048;
 constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflict
-constexpr int kHalfBytes = kTileRows * (kChunkCols + kPad);
-constexpr int kSmemBytes = kMaxK + (kMaxK / kGroup) * 4 + 2 * kHalfBytes;
+constexpr int kStageBytes = kTileRows * (kChunkCols + kPad);
+constexpr int kStages = 5;  // chunks in flight: kStages - 1 while one computes
+constexpr int kSmemBytes = kMaxK + (kMaxK / kGroup) * 4 + kStages * kStageBytes;
 
 struct Cursor {
   int phase = 0, tile = 0, col = 0;  // col: the chunk of inputs
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     const StreamPhase& p = s.phases[c.phase];
     const int row0 = (TilesOf(p.n).x + c.tile) * kTileRows, col0 = c.col * kChunkCols;
     const int cols = min(kChunkCols, p.k - col0), vecs_per_row = cols / 16;
-    uint8_t* dst = ring + h * kHalfBytes;
+    uint8_t* dst = ring + h * kStageBytes;
     for (int v = threadIdx.x; v < kTileRows * vecs_per_row; v += kThreads) {
       const int r = v / vecs_per_row, col = (v % vecs_per_row) * 16;
       if (row0 + r < p.n) {
@@ -115,11 +117,17 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     return c;
   };
 
-  Cursor first;
-  while (first.phase < s.num_phases && !Streams(s.phases[first.phase])) ++first.phase;
-  if (first.phase < s.num_phases) copy(first, 0);
-  CpAsyncCommit();
-  int half = 0;
+  // `ahead`: the next chunk to copy, kStages - 1 chunks ahead of the one computing (stage cur).
+  Cursor ahead;
+  while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase])) ++ahead.phase;
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (ahead.phase < s.num_phases) {
+      copy(ahead, st);
+      ahead = next_of(ahead);
+    }
+    CpAsyncCommit();
+  }
+  int cur = 0;
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
     if (i > 0) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
@@ -140,13 +148,15 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
       const float* w_scales = p.scales + (row0 / kGroup) * scale_cols;
       float acc[4] = {};
       for (int col = 0; col < ColChunks(p.k); ++col) {
-        const Cursor next = next_of({i, t, col});
-        if (next.phase < s.num_phases) copy(next, half ^ 1);
+        if (ahead.phase < s.num_phases) {  // into the stage freed by the previous chunk
+          copy(ahead, (cur + kStages - 1) % kStages);
+          ahead = next_of(ahead);
+        }
         CpAsyncCommit();
-        CpAsyncWait<1>();
+        CpAsyncWait<kStages - 1>();
         __syncthreads();
         const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
-        const uint8_t* buf = ring + half * kHalfBytes;
+        const uint8_t* buf = ring + cur * kStageBytes;
         for (int st = warp; st < cols / kStep; st += kWarps) {
           const int at = st * kStep + 16 * q;
           const uint4 lo = *reinterpret_cast<const uint4*>(buf + g * (cols + kPad) + at);
@@ -160,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[j] = fmaf(step[j], scale, acc[j]);
         }
-        __syncthreads();  // this half is free for the chunk after next
-        half ^= 1;
+        __syncthreads();  // this stage is free for the next copy
+        cur = (cur + 1) % kStages;
       }
       // C column 0 (x's row, in every column alike): acc[0] row g, acc[2] row g + 8 of q = 0.
       if (q == 0) {
