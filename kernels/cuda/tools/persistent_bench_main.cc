@@ -44,9 +44,14 @@ void* DeviceBytes(size_t bytes) {
 // outputs of about unit size, layer after layer.
 void FillWeights(const Matmul& m, uint8_t* codes, float* scales, std::mt19937& rng) {
   std::vector<uint8_t> host(static_cast<size_t>(m.n) * m.k);
-  for (uint8_t& c : host) {
-    const auto r = static_cast<uint8_t>(rng());
-    c = static_cast<uint8_t>((r & 0x80) | (r % 0x38));
+  // Four codes per draw (n * k is a multiple of 4): 6.95 GB of weights take a quarter of the
+  // generator's time that one draw per byte did, host time every device call pays first.
+  for (size_t i = 0; i < host.size(); i += 4) {
+    const uint32_t r = rng();
+    for (int b = 0; b < 4; ++b) {
+      const auto byte = static_cast<uint8_t>(r >> (8 * b));
+      host[i + b] = static_cast<uint8_t>((byte & 0x80) | (byte % 0x38));
+    }
   }
   CHECK_CUDA(cudaMemcpy(codes, host.data(), host.size(), cudaMemcpyHostToDevice));
   const size_t blocks = static_cast<size_t>((m.n + 127) / 128) * ((m.k + 127) / 128);

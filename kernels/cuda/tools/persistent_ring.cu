@@ -16,7 +16,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/tools/grid_barrier.cuh"
+#include "kernels/cuda/tools/persistent_common.cuh"
 #include "kernels/cuda/tools/persistent_step.h"
 
 namespace xserv::kernels::cuda::bench {
@@ -89,12 +89,8 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingKernel(
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
     if (i > 0) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
-    if (p.w == nullptr) {  // a latency phase: one CTA's dependent copy
-      if (blockIdx.x == 0) {
-        const auto* x = static_cast<const __nv_bfloat16*>(p.x);
-        auto* out = static_cast<__nv_bfloat16*>(p.out);
-        for (int c = threadIdx.x; c < p.n; c += kThreads) out[c] = x[c];
-      }
+    if (p.w == nullptr) {
+      RunLatencyPhase<kThreads>(p);
       continue;
     }
     const Block b = BlockOf(p.n);
@@ -124,16 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingKernel(
           UnpackBf16x8(s_x[2 * c], xf);
           UnpackBf16x8(s_x[2 * c + 1], xf + 8);
           const float scale = __ldg(scale_row + c * kCodes / kBlock);
-          const uint4 wv = w[c];
-          const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&wv);
-          float part = 0.0f;
-#pragma unroll
-          for (int h = 0; h < kCodes / 2; ++h) {
-            const float2 f = Fp8Pair(pairs[h]);
-            part = fmaf(f.x, xf[2 * h], part);
-            part = fmaf(f.y, xf[2 * h + 1], part);
-          }
-          acc = fmaf(part, scale, acc);
+          acc = fmaf(Fp8Dot16(w[c], xf), scale, acc);
         }
         const float sum = WarpSum(acc);
         if (lane == 0) static_cast<__nv_bfloat16*>(p.out)[row] = __float2bfloat16_rn(sum);
@@ -149,22 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingKernel(
 
 cudaError_t LaunchPersistentRing(const PersistentStepArgs& args, int max_k, cudaStream_t stream) {
   if (max_k > kMaxK) return cudaErrorInvalidValue;
-  if (const cudaError_t err = cudaFuncSetAttribute(
-          PersistentRingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      err != cudaSuccess) {
-    return err;
-  }
-  int per_sm = 0;
-  if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, PersistentRingKernel, kThreads, kSmemBytes);
-      err != cudaSuccess) {
-    return err;
-  }
-  if (per_sm < 1) return cudaErrorInvalidConfiguration;
-  PersistentStepArgs a = args;
-  void* params[] = {&a};
-  return cudaLaunchCooperativeKernel(PersistentRingKernel, dim3(SmCount()), dim3(kThreads),
-                                     params, kSmemBytes, stream);
+  // One CTA per SM: its shared memory takes most of one.
+  return LaunchOnEveryResidentCta<PersistentRingKernel>(args, kThreads, kSmemBytes, stream);
 }
 
 }  // namespace xserv::kernels::cuda::bench

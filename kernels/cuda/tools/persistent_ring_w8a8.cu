@@ -19,7 +19,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/tools/grid_barrier.cuh"
+#include "kernels/cuda/tools/persistent_common.cuh"
 #include "kernels/cuda/tools/persistent_step.h"
 
 namespace xserv::kernels::cuda::bench {
@@ -131,12 +131,8 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
     if (i > 0) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
-    if (p.w == nullptr) {  // a latency phase: one CTA's dependent copy
-      if (blockIdx.x == 0) {
-        const auto* x = static_cast<const __nv_bfloat16*>(p.x);
-        auto* out = static_cast<__nv_bfloat16*>(p.out);
-        for (int c = threadIdx.x; c < p.n; c += kThreads) out[c] = x[c];
-      }
+    if (p.w == nullptr) {
+      RunLatencyPhase<kThreads>(p);
       continue;
     }
     const int2 tiles = TilesOf(p.n);
@@ -196,22 +192,8 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
 cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
                                      cudaStream_t stream) {
   if (max_k > kMaxK) return cudaErrorInvalidValue;
-  if (const cudaError_t err = cudaFuncSetAttribute(
-          PersistentRingW8A8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      err != cudaSuccess) {
-    return err;
-  }
-  int per_sm = 0;
-  if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, PersistentRingW8A8Kernel, kThreads, kSmemBytes);
-      err != cudaSuccess) {
-    return err;
-  }
-  if (per_sm < 1) return cudaErrorInvalidConfiguration;
-  PersistentStepArgs a = args;
-  void* params[] = {&a};
-  return cudaLaunchCooperativeKernel(PersistentRingW8A8Kernel, dim3(SmCount()), dim3(kThreads),
-                                     params, kSmemBytes, stream);
+  // One CTA per SM: its shared memory takes most of one.
+  return LaunchOnEveryResidentCta<PersistentRingW8A8Kernel>(args, kThreads, kSmemBytes, stream);
 }
 
 }  // namespace xserv::kernels::cuda::bench

@@ -15,7 +15,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/tools/grid_barrier.cuh"
+#include "kernels/cuda/tools/persistent_common.cuh"
 #include "kernels/cuda/tools/persistent_step.h"
 
 namespace xserv::kernels::cuda::bench {
@@ -54,12 +54,8 @@ __global__ void __launch_bounds__(kThreads) PersistentStepKernel(
   }
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
-    if (p.w == nullptr) {  // a latency phase: one CTA's dependent copy
-      if (blockIdx.x == 0) {
-        const auto* x = static_cast<const __nv_bfloat16*>(p.x);
-        auto* out = static_cast<__nv_bfloat16*>(p.out);
-        for (int c = threadIdx.x; c < p.n; c += kThreads) out[c] = x[c];
-      }
+    if (p.w == nullptr) {
+      RunLatencyPhase<kThreads>(p);
     } else {
       const int x_chunks = p.k / 8, chunks = p.k / kCodes;
       for (int c = threadIdx.x; c < x_chunks; c += kThreads) {
@@ -87,15 +83,7 @@ __global__ void __launch_bounds__(kThreads) PersistentStepKernel(
 #pragma unroll
             for (int j = 0; j < kCols; ++j) {
               const float scale = __ldg(scale_row[j] + c * kCodes / kBlock);
-              const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&wv[u][j]);
-              float part = 0.0f;
-#pragma unroll
-              for (int q = 0; q < kCodes / 2; ++q) {
-                const float2 f = Fp8Pair(pairs[q]);
-                part = fmaf(f.x, xf[2 * q], part);
-                part = fmaf(f.y, xf[2 * q + 1], part);
-              }
-              acc[j] = fmaf(part, scale, acc[j]);
+              acc[j] = fmaf(Fp8Dot16(wv[u][j], xf), scale, acc[j]);
             }
           }
         }
@@ -120,9 +108,7 @@ __global__ void __launch_bounds__(kThreads) PersistentStepKernel(
 
 __global__ void CopyPhaseKernel(const __grid_constant__ StreamPhase p) {
   PdlBegin();
-  const auto* x = static_cast<const __nv_bfloat16*>(p.x);
-  auto* out = static_cast<__nv_bfloat16*>(p.out);
-  for (int c = threadIdx.x; c < p.n; c += blockDim.x) out[c] = x[c];
+  RunLatencyPhase<kThreads>(p);  // one CTA
 }
 
 }  // namespace
@@ -130,25 +116,8 @@ __global__ void CopyPhaseKernel(const __grid_constant__ StreamPhase p) {
 cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cudaStream_t stream) {
   if (args.ring_w8a8) return LaunchPersistentRingW8A8(args, max_k, stream);
   if (args.smem_ring) return LaunchPersistentRing(args, max_k, stream);
-  const size_t smem = static_cast<size_t>(max_k) * 2;
-  if (smem > 48 * 1024) {
-    if (const cudaError_t err = cudaFuncSetAttribute(
-            PersistentStepKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            static_cast<int>(smem));
-        err != cudaSuccess) {
-      return err;
-    }
-  }
-  int per_sm = 0;
-  if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, PersistentStepKernel, kThreads, smem);
-      err != cudaSuccess) {
-    return err;
-  }
-  PersistentStepArgs a = args;
-  void* params[] = {&a};
-  return cudaLaunchCooperativeKernel(PersistentStepKernel, dim3(std::max(per_sm, 1) * SmCount()),
-                                     dim3(kThreads), params, smem, stream);
+  return LaunchOnEveryResidentCta<PersistentStepKernel>(args, kThreads,
+                                                        static_cast<size_t>(max_k) * 2, stream);
 }
 
 cudaError_t LaunchCopyPhase(const StreamPhase& phase, cudaStream_t stream) {

@@ -1,0 +1,81 @@
+// What the persistent benchmark kernels share (persistent_step.cu, persistent_ring.cu,
+// persistent_ring_w8a8.cu): the grid barrier, the latency phase, the GEMV's 16-code partial and
+// the cooperative launch over every resident CTA.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codes.cuh"
+#include "kernels/cuda/tools/persistent_step.h"
+
+namespace xserv::kernels::cuda::bench {
+
+// All CTAs of the grid have arrived `target` times in total (each arrives once per barrier; the
+// counter only grows, zeroed before the launch).
+__device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this CTA's writes (ordered before by the barrier above) become visible
+    atomicAdd(counter, 1u);
+    unsigned seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < target);
+  }
+  __syncthreads();
+}
+
+// A latency phase (StreamPhase::w null): CTA 0 (of kThreads threads) copies x's first n values
+// to out. In this form the step kernel keeps its 80 registers (3 CTAs per SM); an early return
+// and blockDim's stride took it to 102.
+template <int kThreads>
+__device__ __forceinline__ void RunLatencyPhase(const StreamPhase& p) {
+  if (blockIdx.x == 0) {
+    const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+    auto* out = static_cast<__nv_bfloat16*>(p.out);
+    for (int c = threadIdx.x; c < p.n; c += kThreads) out[c] = x[c];
+  }
+}
+
+// One 16-byte load's 16 E4M3 codes times x's 16 matching values, in the FP8 GEMV's order
+// (gemv.cu): the partial its block scale then multiplies.
+__device__ __forceinline__ float Fp8Dot16(const uint4& w, const float (&xf)[16]) {
+  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&w);
+  float part = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {
+    const float2 f = Fp8Pair(pairs[h]);
+    part = fmaf(f.x, xf[2 * h], part);
+    part = fmaf(f.y, xf[2 * h + 1], part);
+  }
+  return part;
+}
+
+// A cooperative launch of `kernel` over every CTA that fits at once (`smem` bytes of dynamic
+// shared memory each), given the step's arguments.
+template <auto kernel>
+cudaError_t LaunchOnEveryResidentCta(const PersistentStepArgs& args, int threads, size_t smem,
+                                     cudaStream_t stream) {
+  if (const cudaError_t err = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      err != cudaSuccess) {
+    return err;
+  }
+  int per_sm = 0;
+  if (const cudaError_t err =
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+      err != cudaSuccess) {
+    return err;
+  }
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  PersistentStepArgs a = args;
+  void* params[] = {&a};
+  return cudaLaunchCooperativeKernel(kernel, dim3(per_sm * SmCount()), dim3(threads), params,
+                                     smem, stream);
+}
+
+}  // namespace xserv::kernels::cuda::bench
