@@ -10,6 +10,7 @@
 // (the W8A8 one checked against the GEMV within W8A8's error, its bits being other).
 //
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
+//                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -72,6 +74,11 @@ int main(int argc, char** argv) {
                  "the small ops between the matmuls as one-CTA copy phases")
       ->capture_default_str();
   app.add_option("--repeats", repeats, "timed replays (best kept)")->capture_default_str();
+  std::vector<std::string> ring_shapes = {"5x2048"};
+  app.add_option("--ring-shapes", ring_shapes,
+                 "W8A8 ring shapes, stages x inputs per chunk (persistent_step.h lists them)")
+      ->delimiter(',')
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const Matmul qkv{6144, 4096}, o{4096, 4096}, gate_up{24576, 4096}, down{4096, 12288};
@@ -135,13 +142,26 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMemcpy(device_phases, phases[1].data(), sizeof(StreamPhase) * num_phases,
                         cudaMemcpyHostToDevice));
   auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
+  struct RingShape {
+    int stages = 5, cols = 2048;
+  };
+  std::vector<RingShape> shapes;
+  for (const std::string& text : ring_shapes) {
+    RingShape r;
+    if (std::sscanf(text.c_str(), "%dx%d", &r.stages, &r.cols) != 2) {
+      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS\n", text.c_str());
+      return 2;
+    }
+    shapes.push_back(r);
+  }
   const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
-                              bool w8a8 = false) {
-    return [&, prefetch, barriers, ring, w8a8](int, cudaStream_t s) {
+                              bool w8a8 = false, RingShape shape = {}) {
+    return [&, prefetch, barriers, ring, w8a8, shape](int, cudaStream_t s) {
       CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
           {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
-           .prefetch = prefetch, .barriers = barriers, .smem_ring = ring, .ring_w8a8 = w8a8},
+           .prefetch = prefetch, .barriers = barriers, .smem_ring = ring, .ring_w8a8 = w8a8,
+           .ring_stages = shape.stages, .ring_chunk_cols = shape.cols},
           12288, s));
     };
   };
@@ -171,13 +191,13 @@ int main(int argc, char** argv) {
                 prefetch ? " (prefetch)" : ring ? " (ring)" : "", equal, num_phases);
     if (equal != num_phases) return 1;
   }
-  // The W8A8 ring: other bits (x quantised), so the first phase against the GEMV's within
-  // W8A8's error, and every phase written (the poison gone) and finite.
-  {
+  // The W8A8 ring in each shape: other bits (x quantised), so the first phase against the
+  // GEMV's within W8A8's error, and every phase written (the poison gone) and finite.
+  for (const RingShape& shape : shapes) {
     for (const StreamPhase& p : phases[1]) {
       CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
     }
-    persistent(false, true, false, true)(0, stream);
+    persistent(false, true, false, true, shape)(0, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     const auto floats = [](const StreamPhase& p) {
       std::vector<uint16_t> bits(p.n);
@@ -200,9 +220,9 @@ int main(int argc, char** argv) {
       const std::vector<float> v = floats(p);
       finite += std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
     }
-    std::printf("persistent (W8A8 ring): phase 0 within %.4f of the GEMV's (relative to its "
-                "largest output); %d of %d phases written and finite\n",
-                worst / scale, finite, num_phases);
+    std::printf("persistent (W8A8 ring %dx%d): phase 0 within %.4f of the GEMV's (relative to "
+                "its largest output); %d of %d phases written and finite\n",
+                shape.stages, shape.cols, worst / scale, finite, num_phases);
     if (worst / scale > 0.05 || finite != num_phases) return 1;
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
@@ -211,17 +231,24 @@ int main(int argc, char** argv) {
   const double us_prefetch = TimeGraphOfCalls(persistent(true), 1, repeats, stream);
   const double us_free = TimeGraphOfCalls(persistent(true, false), 1, repeats, stream);
   const double us_ring = TimeGraphOfCalls(persistent(false, true, true), 1, repeats, stream);
-  const double us_ring_w8a8 =
-      TimeGraphOfCalls(persistent(false, true, false, true), 1, repeats, stream);
-  const std::pair<const char*, double> rows[] = {
+  std::vector<std::pair<std::string, double>> rows = {
       {"separate GEMV kernels", us_separate},
       {"persistent, barriers only", us_plain},
       {"persistent, next loads before each barrier", us_prefetch},
       {"persistent, no barriers (timing only)", us_free},
-      {"persistent, shared-memory ring (1 CTA/SM)", us_ring},
-      {"persistent, shared-memory ring, W8A8 MMAs", us_ring_w8a8}};
+      {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
+  for (const RingShape& shape : shapes) {
+    for (const bool barriers : {true, false}) {
+      char name[96];
+      std::snprintf(name, sizeof(name), "persistent, W8A8 ring %dx%d%s", shape.stages,
+                    shape.cols, barriers ? "" : ", no barriers");
+      rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape),
+                                               1, repeats, stream));
+    }
+  }
   for (const auto& [name, us] : rows) {
-    std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name, us, weight_bytes / (us * 1e3));
+    std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name.c_str(), us,
+                weight_bytes / (us * 1e3));
   }
   return 0;
 }

@@ -31,11 +31,16 @@ constexpr int kTileRows = 16;
 constexpr int kStep = 64;
 constexpr int kGroup = 128;  // weight block and activation scale
 constexpr int kMaxK = 12288;
-constexpr int kChunkCols = 2048;
 constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflict
-constexpr int kStageBytes = kTileRows * (kChunkCols + kPad);
-constexpr int kStages = 5;  // chunks in flight: kStages - 1 while one computes
-constexpr int kSmemBytes = kMaxK + (kMaxK / kGroup) * 4 + kStages * kStageBytes;
+constexpr int kXBytes = kMaxK + (kMaxK / kGroup) * 4;  // x's codes and scales
+constexpr int kMaxSmem = 227 * 1024;
+// The ring of kStages chunks of kChunkCols inputs (kStages - 1 in flight while one computes).
+template <int kStages, int kChunkCols>
+struct Ring {
+  static constexpr int kStageBytes = kTileRows * (kChunkCols + kPad);
+  static constexpr int kSmemBytes = kXBytes + kStages * kStageBytes;
+  static_assert(kSmemBytes <= kMaxSmem && kChunkCols % kGroup == 0);
+};
 
 struct Cursor {
   int phase = 0, tile = 0, col = 0;  // col: the chunk of inputs
@@ -51,7 +56,6 @@ __device__ __forceinline__ int2 TilesOf(int n) {
   const int first = min(tiles, static_cast<int>(blockIdx.x) * per);
   return make_int2(first, min(tiles, first + per) - first);
 }
-__device__ __forceinline__ int ColChunks(int k) { return (k + kChunkCols - 1) / kChunkCols; }
 __device__ __forceinline__ bool Streams(const StreamPhase& p) {
   return p.w != nullptr && TilesOf(p.n).y > 0;
 }
@@ -82,8 +86,11 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
   }
 }
 
+template <int kStages, int kChunkCols>
 __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     const __grid_constant__ PersistentStepArgs s) {
+  constexpr int kStageBytes = Ring<kStages, kChunkCols>::kStageBytes;
+  const auto col_chunks = [](int k) { return (k + kChunkCols - 1) / kChunkCols; };
   extern __shared__ uint4 smem[];
   auto* x_codes = reinterpret_cast<uint8_t*>(smem);
   auto* x_scales = reinterpret_cast<float*>(x_codes + kMaxK);
@@ -108,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
   // phase that streams (phase == num_phases: none).
   const auto next_of = [&](Cursor c) {
     const StreamPhase& p = s.phases[c.phase];
-    if (++c.col < ColChunks(p.k)) return c;
+    if (++c.col < col_chunks(p.k)) return c;
     c.col = 0;
     if (++c.tile < TilesOf(p.n).y) return c;
     c.tile = 0;
@@ -130,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
   int cur = 0;
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
-    if (i > 0) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
+    if (i > 0 && s.barriers) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
     if (p.w == nullptr) {
       RunLatencyPhase<kThreads>(p);
       continue;
@@ -143,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
       const int row0 = (tiles.x + t) * kTileRows;
       const float* w_scales = p.scales + (row0 / kGroup) * scale_cols;
       float acc[4] = {};
-      for (int col = 0; col < ColChunks(p.k); ++col) {
+      for (int col = 0; col < col_chunks(p.k); ++col) {
         if (ahead.phase < s.num_phases) {  // into the stage freed by the previous chunk
           copy(ahead, (cur + kStages - 1) % kStages);
           ahead = next_of(ahead);
@@ -187,13 +194,29 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
   CpAsyncWait<0>();
 }
 
+template <int kStages, int kChunkCols>
+cudaError_t LaunchRing(const PersistentStepArgs& args, cudaStream_t stream) {
+  // One CTA per SM: its shared memory takes most of one.
+  return LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols>>(
+      args, kThreads, Ring<kStages, kChunkCols>::kSmemBytes, stream);
+}
+
 }  // namespace
 
 cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
                                      cudaStream_t stream) {
   if (max_k > kMaxK) return cudaErrorInvalidValue;
-  // One CTA per SM: its shared memory takes most of one.
-  return LaunchOnEveryResidentCta<PersistentRingW8A8Kernel>(args, kThreads, kSmemBytes, stream);
+  // The ring shapes the bench sweeps (persistent_step.h lists them).
+  const auto shape = [&](int stages, int cols) {
+    return args.ring_stages == stages && args.ring_chunk_cols == cols;
+  };
+  if (shape(5, 2048)) return LaunchRing<5, 2048>(args, stream);
+  if (shape(6, 2048)) return LaunchRing<6, 2048>(args, stream);
+  if (shape(3, 4096)) return LaunchRing<3, 4096>(args, stream);
+  if (shape(8, 1024)) return LaunchRing<8, 1024>(args, stream);
+  if (shape(12, 1024)) return LaunchRing<12, 1024>(args, stream);
+  if (shape(16, 512)) return LaunchRing<16, 512>(args, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace xserv::kernels::cuda::bench

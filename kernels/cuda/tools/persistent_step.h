@@ -40,6 +40,9 @@ struct PersistentStepArgs {
   // ... with FP8 x FP8 MMAs on whole 16-row tiles, x quantised per phase as the W8A8 GEMM's
   // (persistent_ring_w8a8.cu): W8A8 results, not the GEMV's bits.
   bool ring_w8a8 = false;
+  // The W8A8 ring's shape: stages x inputs per chunk, one of 5x2048 (default), 6x2048, 3x4096,
+  // 8x1024, 12x1024, 16x512 (each fits one SM's shared memory). It honours `barriers` too.
+  int ring_stages = 5, ring_chunk_cols = 2048;
 };
 
 // One cooperative launch of the persistent kernel over every resident CTA.
