@@ -10,7 +10,8 @@
 // (the W8A8 one checked against the GEMV within W8A8's error, its bits being other).
 //
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
-//                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs)
+//                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs;
+//                               suffix t: TMA bulk copies)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -144,14 +145,18 @@ int main(int argc, char** argv) {
   auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
   struct RingShape {
     int stages = 5, cols = 2048;
+    bool bulk = false;  // suffix "t": the rows copied by the TMA unit
   };
   std::vector<RingShape> shapes;
   for (const std::string& text : ring_shapes) {
     RingShape r;
-    if (std::sscanf(text.c_str(), "%dx%d", &r.stages, &r.cols) != 2) {
-      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS\n", text.c_str());
+    char suffix = 0;
+    const int got = std::sscanf(text.c_str(), "%dx%d%c", &r.stages, &r.cols, &suffix);
+    if (got < 2 || (got == 3 && suffix != 't')) {
+      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t]\n", text.c_str());
       return 2;
     }
+    r.bulk = got == 3;
     shapes.push_back(r);
   }
   const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
@@ -161,7 +166,8 @@ int main(int argc, char** argv) {
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
           {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
            .prefetch = prefetch, .barriers = barriers, .smem_ring = ring, .ring_w8a8 = w8a8,
-           .ring_stages = shape.stages, .ring_chunk_cols = shape.cols},
+           .ring_stages = shape.stages, .ring_chunk_cols = shape.cols,
+           .ring_bulk = shape.bulk},
           12288, s));
     };
   };
@@ -220,9 +226,10 @@ int main(int argc, char** argv) {
       const std::vector<float> v = floats(p);
       finite += std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
     }
-    std::printf("persistent (W8A8 ring %dx%d): phase 0 within %.4f of the GEMV's (relative to "
+    std::printf("persistent (W8A8 ring %dx%d%s): phase 0 within %.4f of the GEMV's (relative to "
                 "its largest output); %d of %d phases written and finite\n",
-                shape.stages, shape.cols, worst / scale, finite, num_phases);
+                shape.stages, shape.cols, shape.bulk ? "t" : "", worst / scale, finite,
+                num_phases);
     if (worst / scale > 0.05 || finite != num_phases) return 1;
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
@@ -240,8 +247,8 @@ int main(int argc, char** argv) {
   for (const RingShape& shape : shapes) {
     for (const bool barriers : {true, false}) {
       char name[96];
-      std::snprintf(name, sizeof(name), "persistent, W8A8 ring %dx%d%s", shape.stages,
-                    shape.cols, barriers ? "" : ", no barriers");
+      std::snprintf(name, sizeof(name), "persistent, W8A8 ring %dx%d%s%s", shape.stages,
+                    shape.cols, shape.bulk ? " TMA" : "", barriers ? "" : ", no barriers");
       rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape),
                                                1, repeats, stream));
     }

@@ -11,7 +11,9 @@
 // turn; thread (g, q) reads 16 codes of rows g and g + 8 and of x at inputs 16q.. of the step,
 // which are the two MMAs' fragments as they lie (the W8A8 GEMV's mapping, branch
 // exp/fp8-w8a8-gemv). A tile's warps meet in shared memory in warp order. Rows are padded in the
-// ring so that the rows a quarter-warp reads fall in different banks.
+// ring so that the rows a quarter-warp reads fall in different banks. The ring's shape (stages,
+// chunk inputs) and its copies (every thread's 16-byte cp.async, or a TMA bulk copy per row
+// tracked by a stage's mbarrier) are the bench's to choose.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -86,10 +88,46 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
   }
 }
 
-template <int kStages, int kChunkCols>
+// The bulk-copy (TMA) form's completion: a stage's mbarrier counts the bytes of its rows.
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void MbarrierInit(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SharedAddress(bar)) : "memory");
+}
+__device__ __forceinline__ void MbarrierExpectBytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(SharedAddress(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the
+// TMA unit, counted on `bar` when they land.
+__device__ __forceinline__ void BulkCopy(void* dst, const void* src, uint32_t bytes,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(SharedAddress(dst)), "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+}
+
+// kBulk: thread 0 copies each row of a chunk with one bulk copy (TMA) and the warps wait on the
+// stage's mbarrier, instead of every thread's 16-byte cp.async and cp.async groups.
+template <int kStages, int kChunkCols, bool kBulk>
 __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     const __grid_constant__ PersistentStepArgs s) {
   constexpr int kStageBytes = Ring<kStages, kChunkCols>::kStageBytes;
+  __shared__ uint64_t full[kStages];  // kBulk: a stage's rows have landed
   const auto col_chunks = [](int k) { return (k + kChunkCols - 1) / kChunkCols; };
   extern __shared__ uint4 smem[];
   auto* x_codes = reinterpret_cast<uint8_t*>(smem);
@@ -104,10 +142,20 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     const int row0 = (TilesOf(p.n).x + c.tile) * kTileRows, col0 = c.col * kChunkCols;
     const int cols = min(kChunkCols, p.k - col0), vecs_per_row = cols / 16;
     uint8_t* dst = ring + h * kStageBytes;
-    for (int v = threadIdx.x; v < kTileRows * vecs_per_row; v += kThreads) {
-      const int r = v / vecs_per_row, col = (v % vecs_per_row) * 16;
-      if (row0 + r < p.n) {
-        CpAsync16(dst + r * (cols + kPad) + col, p.w + int64_t{row0 + r} * p.k + col0 + col, 16);
+    if constexpr (kBulk) {
+      if (threadIdx.x != 0) return;
+      const int rows = min(kTileRows, p.n - row0);
+      MbarrierExpectBytes(&full[h], static_cast<uint32_t>(rows * cols));
+      for (int r = 0; r < rows; ++r) {
+        BulkCopy(dst + r * (cols + kPad), p.w + int64_t{row0 + r} * p.k + col0, cols, &full[h]);
+      }
+    } else {
+      for (int v = threadIdx.x; v < kTileRows * vecs_per_row; v += kThreads) {
+        const int r = v / vecs_per_row, col = (v % vecs_per_row) * 16;
+        if (row0 + r < p.n) {
+          CpAsync16(dst + r * (cols + kPad) + col, p.w + int64_t{row0 + r} * p.k + col0 + col,
+                    16);
+        }
       }
     }
   };
@@ -125,6 +173,13 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
   };
 
   // `ahead`: the next chunk to copy, kStages - 1 chunks ahead of the one computing (stage cur).
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < kStages; ++st) MbarrierInit(&full[st]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+  }
   Cursor ahead;
   while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase])) ++ahead.phase;
   for (int st = 0; st < kStages - 1; ++st) {
@@ -132,9 +187,10 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
       copy(ahead, st);
       ahead = next_of(ahead);
     }
-    CpAsyncCommit();
+    if constexpr (!kBulk) CpAsyncCommit();
   }
   int cur = 0;
+  uint32_t parity = 0;  // kBulk: of stage cur's mbarrier (flips as cur wraps)
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
     if (i > 0 && s.barriers) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
@@ -155,9 +211,13 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
           copy(ahead, (cur + kStages - 1) % kStages);
           ahead = next_of(ahead);
         }
-        CpAsyncCommit();
-        CpAsyncWait<kStages - 1>();
-        __syncthreads();
+        if constexpr (kBulk) {
+          MbarrierWait(&full[cur], parity);
+        } else {
+          CpAsyncCommit();
+          CpAsyncWait<kStages - 1>();
+          __syncthreads();
+        }
         const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
         const uint8_t* buf = ring + cur * kStageBytes;
         for (int st = warp; st < cols / kStep; st += kWarps) {
@@ -174,7 +234,10 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
           for (int j = 0; j < 4; ++j) acc[j] = fmaf(step[j], scale, acc[j]);
         }
         __syncthreads();  // this stage is free for the next copy
-        cur = (cur + 1) % kStages;
+        if (++cur == kStages) {
+          cur = 0;
+          parity ^= 1;
+        }
       }
       // C column 0 (x's row, in every column alike): acc[0] row g, acc[2] row g + 8 of q = 0.
       if (q == 0) {
@@ -191,14 +254,17 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
       __syncthreads();  // partial is the next tile's
     }
   }
-  CpAsyncWait<0>();
+  if constexpr (!kBulk) CpAsyncWait<0>();
 }
 
 template <int kStages, int kChunkCols>
 cudaError_t LaunchRing(const PersistentStepArgs& args, cudaStream_t stream) {
   // One CTA per SM: its shared memory takes most of one.
-  return LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols>>(
-      args, kThreads, Ring<kStages, kChunkCols>::kSmemBytes, stream);
+  constexpr int kSmem = Ring<kStages, kChunkCols>::kSmemBytes;
+  return args.ring_bulk ? LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<
+                              kStages, kChunkCols, true>>(args, kThreads, kSmem, stream)
+                        : LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<
+                              kStages, kChunkCols, false>>(args, kThreads, kSmem, stream);
 }
 
 }  // namespace

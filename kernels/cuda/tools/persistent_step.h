@@ -43,6 +43,9 @@ struct PersistentStepArgs {
   // The W8A8 ring's shape: stages x inputs per chunk, one of 5x2048 (default), 6x2048, 3x4096,
   // 8x1024, 12x1024, 16x512 (each fits one SM's shared memory). It honours `barriers` too.
   int ring_stages = 5, ring_chunk_cols = 2048;
+  // ... its rows copied by the TMA unit (one bulk copy per row of a chunk, an mbarrier per
+  // stage) instead of every thread's 16-byte cp.async.
+  bool ring_bulk = false;
 };
 
 // One cooperative launch of the persistent kernel over every resident CTA.
