@@ -37,9 +37,12 @@ constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflic
 constexpr int kXBytes = kMaxK + (kMaxK / kGroup) * 4;  // x's codes and scales
 constexpr int kMaxSmem = 227 * 1024;
 // The ring of kStages chunks of kChunkCols inputs (kStages - 1 in flight while one computes).
+// A stage: its tile's row of weight block scales (copied with the rows, so that no global load
+// waits in a chunk's arithmetic), then the tile's rows.
+constexpr int kScaleRowBytes = (kMaxK / kGroup) * 4;
 template <int kStages, int kChunkCols>
 struct Ring {
-  static constexpr int kStageBytes = kTileRows * (kChunkCols + kPad);
+  static constexpr int kStageBytes = kScaleRowBytes + kTileRows * (kChunkCols + kPad);
   static constexpr int kSmemBytes = kXBytes + kStages * kStageBytes;
   static_assert(kSmemBytes <= kMaxSmem && kChunkCols % kGroup == 0);
 };
@@ -116,16 +119,17 @@ __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ void BulkCopy(void* dst, const void* src, uint32_t bytes,
                                          uint64_t* bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-      ::"r"(SharedAddress(dst)), "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar))
       : "memory");
 }
 
 // kBulk: thread 0 copies each row of a chunk with one bulk copy (TMA) and the warps wait on the
 // stage's mbarrier, instead of every thread's 16-byte cp.async and cp.async groups.
 template <int kStages, int kChunkCols, bool kBulk>
-__global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
-    const __grid_constant__ PersistentStepArgs s) {
+__global__ void __launch_bounds__(kThreads, 1)
+    PersistentRingW8A8Kernel(const __grid_constant__ PersistentStepArgs s) {
   constexpr int kStageBytes = Ring<kStages, kChunkCols>::kStageBytes;
   __shared__ uint64_t full[kStages];  // kBulk: a stage's rows have landed
   const auto col_chunks = [](int k) { return (k + kChunkCols - 1) / kChunkCols; };
@@ -141,20 +145,25 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     const StreamPhase& p = s.phases[c.phase];
     const int row0 = (TilesOf(p.n).x + c.tile) * kTileRows, col0 = c.col * kChunkCols;
     const int cols = min(kChunkCols, p.k - col0), vecs_per_row = cols / 16;
-    uint8_t* dst = ring + h * kStageBytes;
+    const int scale_cols = (p.k + kGroup - 1) / kGroup;  // a multiple of 4 (k % 512 == 0)
+    const float* scale_row = p.scales + (row0 / kGroup) * scale_cols;
+    uint8_t* const stage = ring + h * kStageBytes;
+    uint8_t* const dst = stage + kScaleRowBytes;
     if constexpr (kBulk) {
       if (threadIdx.x != 0) return;
       const int rows = min(kTileRows, p.n - row0);
-      MbarrierExpectBytes(&full[h], static_cast<uint32_t>(rows * cols));
+      MbarrierExpectBytes(&full[h], static_cast<uint32_t>(rows * cols + scale_cols * 4));
+      BulkCopy(stage, scale_row, scale_cols * 4, &full[h]);
       for (int r = 0; r < rows; ++r) {
         BulkCopy(dst + r * (cols + kPad), p.w + int64_t{row0 + r} * p.k + col0, cols, &full[h]);
       }
     } else {
+      if (threadIdx.x < scale_cols / 4)
+        CpAsync16(stage + 16 * threadIdx.x, scale_row + 4 * threadIdx.x, 16);
       for (int v = threadIdx.x; v < kTileRows * vecs_per_row; v += kThreads) {
         const int r = v / vecs_per_row, col = (v % vecs_per_row) * 16;
         if (row0 + r < p.n) {
-          CpAsync16(dst + r * (cols + kPad) + col, p.w + int64_t{row0 + r} * p.k + col0 + col,
-                    16);
+          CpAsync16(dst + r * (cols + kPad) + col, p.w + int64_t{row0 + r} * p.k + col0 + col, 16);
         }
       }
     }
@@ -201,10 +210,9 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
     const int2 tiles = TilesOf(p.n);
     if (tiles.y == 0) continue;
     QuantizeX(p, x_codes, x_scales);
-    const int scale_cols = (p.k + kGroup - 1) / kGroup;
+    __syncthreads();  // x's codes before any warp's first step (the bulk form's wait is no sync)
     for (int t = 0; t < tiles.y; ++t) {
       const int row0 = (tiles.x + t) * kTileRows;
-      const float* w_scales = p.scales + (row0 / kGroup) * scale_cols;
       float acc[4] = {};
       for (int col = 0; col < col_chunks(p.k); ++col) {
         if (ahead.phase < s.num_phases) {  // into the stage freed by the previous chunk
@@ -219,8 +227,9 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
           __syncthreads();
         }
         const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
-        const uint8_t* buf = ring + cur * kStageBytes;
-        for (int st = warp; st < cols / kStep; st += kWarps) {
+        const auto* w_scales = reinterpret_cast<const float*>(ring + cur * kStageBytes);
+        const uint8_t* buf = ring + cur * kStageBytes + kScaleRowBytes;
+        for (int st = warp; st < (s.ring_no_math ? 0 : cols / kStep); st += kWarps) {
           const int at = st * kStep + 16 * q;
           const uint4 lo = *reinterpret_cast<const uint4*>(buf + g * (cols + kPad) + at);
           const uint4 hi = *reinterpret_cast<const uint4*>(buf + (g + 8) * (cols + kPad) + at);
@@ -229,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) PersistentRingW8A8Kernel(
           MmaE4m3(step, {lo.x, hi.x, lo.y, hi.y}, xv.x, xv.y);
           MmaE4m3(step, {lo.z, hi.z, lo.w, hi.w}, xv.z, xv.w);
           const int group = (col0 + st * kStep) / kGroup;
-          const float scale = __ldg(w_scales + group) * x_scales[group];
+          const float scale = w_scales[group] * x_scales[group];
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[j] = fmaf(step[j], scale, acc[j]);
         }
@@ -261,10 +270,11 @@ template <int kStages, int kChunkCols>
 cudaError_t LaunchRing(const PersistentStepArgs& args, cudaStream_t stream) {
   // One CTA per SM: its shared memory takes most of one.
   constexpr int kSmem = Ring<kStages, kChunkCols>::kSmemBytes;
-  return args.ring_bulk ? LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<
-                              kStages, kChunkCols, true>>(args, kThreads, kSmem, stream)
-                        : LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<
-                              kStages, kChunkCols, false>>(args, kThreads, kSmem, stream);
+  return args.ring_bulk
+             ? LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols, true>>(
+                   args, kThreads, kSmem, stream)
+             : LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols, false>>(
+                   args, kThreads, kSmem, stream);
 }
 
 }  // namespace

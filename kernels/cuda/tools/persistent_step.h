@@ -46,6 +46,9 @@ struct PersistentStepArgs {
   // ... its rows copied by the TMA unit (one bulk copy per row of a chunk, an mbarrier per
   // stage) instead of every thread's 16-byte cp.async.
   bool ring_bulk = false;
+  // ... streaming only, for timing: the chunks arrive and are released, no arithmetic (the
+  // outputs are then zeros).
+  bool ring_no_math = false;
 };
 
 // One cooperative launch of the persistent kernel over every resident CTA.
