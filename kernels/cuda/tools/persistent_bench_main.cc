@@ -11,13 +11,15 @@
 //
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
 //                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs;
-//                               suffix t: TMA bulk copies; n: no arithmetic, timing only)
+//                               suffix t: TMA bulk copies; n: no arithmetic, timing only;
+//                               p: weights packed, one bulk copy per chunk; w: a producer warp)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -108,7 +110,11 @@ int main(int argc, char** argv) {
     for (int f = 0; f < 2; ++f) {
       void* out = DeviceBytes(static_cast<size_t>(n) * 2);
       CHECK_CUDA(cudaMemset(out, 0xff, static_cast<size_t>(n) * 2));
-      phases[f].push_back({.w = codes, .scales = scales, .x = prev[f], .out = out, .n = n,
+      phases[f].push_back({.w = codes,
+                           .scales = scales,
+                           .x = prev[f],
+                           .out = out,
+                           .n = n,
                            .k = m != nullptr ? m->k : k});
       prev[f] = out;
     }
@@ -133,9 +139,19 @@ int main(int argc, char** argv) {
         CHECK_CUDA(xserv::kernels::cuda::bench::LaunchCopyPhase(p, s));
         continue;
       }
-      const GemvArgs a{.x = p.x, .ldx = p.k, .w = p.w, .ldw = p.k, .out = p.out, .ldo = p.n,
-                       .m = 1, .n = p.n, .k = p.k, .scales = p.scales,
-                       .scale_cols = (p.k + 127) / 128, .block = 128, .pdl = true};
+      const GemvArgs a{.x = p.x,
+                       .ldx = p.k,
+                       .w = p.w,
+                       .ldw = p.k,
+                       .out = p.out,
+                       .ldo = p.n,
+                       .m = 1,
+                       .n = p.n,
+                       .k = p.k,
+                       .scales = p.scales,
+                       .scale_cols = (p.k + 127) / 128,
+                       .block = 128,
+                       .pdl = true};
       CHECK_CUDA(xserv::kernels::cuda::LaunchGemv(a, s));
     }
   };
@@ -145,8 +161,10 @@ int main(int argc, char** argv) {
   auto* barrier = static_cast<unsigned*>(DeviceBytes(4));
   struct RingShape {
     int stages = 5, cols = 2048;
-    bool bulk = false;     // suffix "t": the rows copied by the TMA unit
-    bool no_math = false;  // suffix "n": streaming only (timing only, outputs zeros)
+    bool bulk = false;      // suffix "t": the rows copied by the TMA unit
+    bool no_math = false;   // suffix "n": streaming only (timing only, outputs zeros)
+    bool tiled = false;     // suffix "p": weights packed by PackRingTiles, a bulk copy a chunk
+    bool producer = false;  // suffix "w": a producer warp issues the copies
   };
   std::vector<RingShape> shapes;
   for (const std::string& text : ring_shapes) {
@@ -154,23 +172,57 @@ int main(int argc, char** argv) {
     char suffix[8] = {};
     const int got = std::sscanf(text.c_str(), "%dx%d%7s", &r.stages, &r.cols, suffix);
     const std::string flags = got == 3 ? suffix : "";
-    if (got < 2 || flags.find_first_not_of("tn") != std::string::npos) {
-      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n]\n", text.c_str());
+    if (got < 2 || flags.find_first_not_of("tnpw") != std::string::npos) {
+      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w]\n", text.c_str());
       return 2;
     }
     r.bulk = flags.find('t') != std::string::npos;
     r.no_math = flags.find('n') != std::string::npos;
+    r.tiled = flags.find('p') != std::string::npos;
+    r.producer = flags.find('w') != std::string::npos;
+    r.bulk = r.bulk || r.tiled || r.producer;
     shapes.push_back(r);
   }
+  // The step's phases with their weights packed for each chunk width a tiled shape takes.
+  std::map<int, StreamPhase*> tiled_phases;
+  for (const RingShape& shape : shapes) {
+    if (!shape.tiled || tiled_phases.count(shape.cols) > 0) continue;
+    std::vector<StreamPhase> packed = phases[1];
+    std::map<const uint8_t*, uint8_t*> done;  // the layers' weights are distinct; still
+    for (StreamPhase& p : packed) {
+      if (p.w == nullptr) continue;
+      uint8_t*& to = done[p.w];
+      if (to == nullptr) {
+        to = static_cast<uint8_t*>(DeviceBytes(static_cast<size_t>(p.n) * p.k));
+        CHECK_CUDA(
+            xserv::kernels::cuda::bench::PackRingTiles(p.w, p.n, p.k, shape.cols, to, stream));
+      }
+      p.w = to;
+    }
+    auto* device = static_cast<StreamPhase*>(DeviceBytes(sizeof(StreamPhase) * num_phases));
+    CHECK_CUDA(cudaMemcpy(device, packed.data(), sizeof(StreamPhase) * num_phases,
+                          cudaMemcpyHostToDevice));
+    tiled_phases[shape.cols] = device;
+  }
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
                               bool w8a8 = false, RingShape shape = {}) {
     return [&, prefetch, barriers, ring, w8a8, shape](int, cudaStream_t s) {
       CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
-          {.phases = device_phases, .num_phases = num_phases, .barrier = barrier,
-           .prefetch = prefetch, .barriers = barriers, .smem_ring = ring, .ring_w8a8 = w8a8,
-           .ring_stages = shape.stages, .ring_chunk_cols = shape.cols,
-           .ring_bulk = shape.bulk, .ring_no_math = shape.no_math},
+          {.phases = shape.tiled ? tiled_phases.at(shape.cols) : device_phases,
+           .num_phases = num_phases,
+           .barrier = barrier,
+           .prefetch = prefetch,
+           .barriers = barriers,
+           .smem_ring = ring,
+           .ring_w8a8 = w8a8,
+           .ring_stages = shape.stages,
+           .ring_chunk_cols = shape.cols,
+           .ring_bulk = shape.bulk,
+           .ring_no_math = shape.no_math,
+           .ring_tiled = shape.tiled,
+           .ring_producer_warp = shape.producer},
           12288, s));
     };
   };
@@ -197,7 +249,10 @@ int main(int argc, char** argv) {
       equal += std::memcmp(a.data(), b.data(), bytes) == 0;
     }
     std::printf("persistent%s: %d of %d phase outputs equal the GEMV kernels' bit for bit\n",
-                prefetch ? " (prefetch)" : ring ? " (ring)" : "", equal, num_phases);
+                prefetch ? " (prefetch)"
+                : ring   ? " (ring)"
+                         : "",
+                equal, num_phases);
     if (equal != num_phases) return 1;
   }
   // The W8A8 ring in each shape: other bits (x quantised), so the first phase against the
@@ -234,10 +289,11 @@ int main(int argc, char** argv) {
       const std::vector<float> v = floats(p);
       finite += std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
     }
-    std::printf("persistent (W8A8 ring %dx%d%s): phase 0 within %.4f of the GEMV's (relative to "
-                "its largest output); %d of %d phases written and finite\n",
-                shape.stages, shape.cols, shape.bulk ? "t" : "", worst / scale, finite,
-                num_phases);
+    std::printf(
+        "persistent (W8A8 ring %dx%d%s%s): phase 0 within %.4f of the GEMV's (relative to "
+        "its largest output); %d of %d phases written and finite\n",
+        shape.stages, shape.cols, shape.bulk ? "t" : "", shape.tiled ? "p" : "", worst / scale,
+        finite, num_phases);
     if (worst / scale <= 0.05 && finite == num_phases) checked.push_back(shape);
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
@@ -254,17 +310,19 @@ int main(int argc, char** argv) {
       {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
   for (const RingShape& shape : checked) {
     for (const bool barriers : {true, false}) {
-      char name[96];
+      char name[128];
       std::snprintf(name, sizeof(name), "persistent, W8A8 ring %dx%d%s%s%s", shape.stages,
-                    shape.cols, shape.bulk ? " TMA" : "", shape.no_math ? " no math" : "",
-                    barriers ? "" : ", no barriers");
-      rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape),
-                                               1, repeats, stream));
+                    shape.cols,
+                    shape.tiled  ? " TMA tiled"
+                    : shape.bulk ? " TMA"
+                                 : "",
+                    shape.no_math ? " no math" : "", barriers ? "" : ", no barriers");
+      rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape), 1,
+                                               repeats, stream));
     }
   }
   for (const auto& [name, us] : rows) {
-    std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name.c_str(), us,
-                weight_bytes / (us * 1e3));
+    std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name.c_str(), us, weight_bytes / (us * 1e3));
   }
   return checked.size() == shapes.size() ? 0 : 1;  // a shape that failed its check: not timed
 }

@@ -14,10 +14,22 @@
 
 namespace xserv::kernels::cuda::bench {
 
+// The CTA's threads meet: all of them (kThreads 0), or the first kThreads through named
+// barrier 1 (a CTA whose other warps run their own loop, e.g. a producer warp).
+template <int kThreads = 0>
+__device__ __forceinline__ void CtaSync() {
+  if constexpr (kThreads == 0) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+  }
+}
+
 // All CTAs of the grid have arrived `target` times in total (each arrives once per barrier; the
-// counter only grows, zeroed before the launch).
+// counter only grows, zeroed before the launch). kThreads: as CtaSync's, thread 0 among them.
+template <int kThreads = 0>
 __device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) {
-  __syncthreads();
+  CtaSync<kThreads>();
   if (threadIdx.x == 0) {
     __threadfence();  // this CTA's writes (ordered before by the barrier above) become visible
     atomicAdd(counter, 1u);
@@ -26,7 +38,7 @@ __device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) 
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
     } while (seen < target);
   }
-  __syncthreads();
+  CtaSync<kThreads>();
 }
 
 // A latency phase (StreamPhase::w null): CTA 0 (of kThreads threads) copies x's first n values
@@ -74,8 +86,8 @@ cudaError_t LaunchOnEveryResidentCta(const PersistentStepArgs& args, int threads
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
   PersistentStepArgs a = args;
   void* params[] = {&a};
-  return cudaLaunchCooperativeKernel(kernel, dim3(per_sm * SmCount()), dim3(threads), params,
-                                     smem, stream);
+  return cudaLaunchCooperativeKernel(kernel, dim3(per_sm * SmCount()), dim3(threads), params, smem,
+                                     stream);
 }
 
 }  // namespace xserv::kernels::cuda::bench

@@ -27,9 +27,9 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kCodes = 16;  // E4M3 codes per 16-byte load
 constexpr int kBlock = 128;
 constexpr int kMaxK = 12288;
-constexpr int kXBytes = kMaxK * 2;        // x staged as bf16
-constexpr int kHalfBytes = 96 * 1024;     // one chunk of rows
-constexpr int kMaxChunkRows = kWarps;     // a row per warp
+constexpr int kXBytes = kMaxK * 2;     // x staged as bf16
+constexpr int kHalfBytes = 96 * 1024;  // one chunk of rows
+constexpr int kMaxChunkRows = kWarps;  // a row per warp
 constexpr int kSmemBytes = kXBytes + 2 * kHalfBytes;
 
 struct Block {
@@ -49,8 +49,8 @@ __device__ __forceinline__ bool Streams(const StreamPhase& p) {
   return p.w != nullptr && BlockOf(p.n).rows > 0;
 }
 
-__global__ void __launch_bounds__(kThreads, 1) PersistentRingKernel(
-    const __grid_constant__ PersistentStepArgs s) {
+__global__ void __launch_bounds__(kThreads, 1)
+    PersistentRingKernel(const __grid_constant__ PersistentStepArgs s) {
   extern __shared__ uint4 smem[];
   uint4* s_x = smem;  // [k / 8] chunks of 8 bf16
   uint8_t* ring = reinterpret_cast<uint8_t*>(smem) + kXBytes;

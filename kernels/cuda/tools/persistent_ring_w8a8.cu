@@ -95,13 +95,17 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void MbarrierInit(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SharedAddress(bar)) : "memory");
+__device__ __forceinline__ void MbarrierInit(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SharedAddress(bar)), "r"(count)
+               : "memory");
 }
 __device__ __forceinline__ void MbarrierExpectBytes(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)),
                "r"(bytes)
                : "memory");
+}
+__device__ __forceinline__ void MbarrierArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SharedAddress(bar)) : "memory");
 }
 __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
@@ -127,11 +131,18 @@ __device__ __forceinline__ void BulkCopy(void* dst, const void* src, uint32_t by
 
 // kBulk: thread 0 copies each row of a chunk with one bulk copy (TMA) and the warps wait on the
 // stage's mbarrier, instead of every thread's 16-byte cp.async and cp.async groups.
-template <int kStages, int kChunkCols, bool kBulk>
-__global__ void __launch_bounds__(kThreads, 1)
+// kProducer (with kBulk): one more warp, whose lane 0 alone issues every chunk in order as soon
+// as the 16 computing warps have released its stage (an `empty` mbarrier per stage), so that
+// copies stay in flight across the grid barriers and x's quantisation; the computing warps then
+// meet through named barrier 1.
+template <int kStages, int kChunkCols, bool kBulk, bool kProducer>
+__global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     PersistentRingW8A8Kernel(const __grid_constant__ PersistentStepArgs s) {
+  static_assert(kBulk || !kProducer);
   constexpr int kStageBytes = Ring<kStages, kChunkCols>::kStageBytes;
-  __shared__ uint64_t full[kStages];  // kBulk: a stage's rows have landed
+  constexpr int kSync = kProducer ? kThreads : 0;  // CtaSync's: the computing warps
+  __shared__ uint64_t full[kStages];               // kBulk: a stage's rows have landed
+  __shared__ uint64_t empty[kStages];  // kProducer: the computing warps are done with a stage
   const auto col_chunks = [](int k) { return (k + kChunkCols - 1) / kChunkCols; };
   extern __shared__ uint4 smem[];
   auto* x_codes = reinterpret_cast<uint8_t*>(smem);
@@ -150,10 +161,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* const stage = ring + h * kStageBytes;
     uint8_t* const dst = stage + kScaleRowBytes;
     if constexpr (kBulk) {
-      if (threadIdx.x != 0) return;
+      if (threadIdx.x != (kProducer ? kThreads : 0)) return;
       const int rows = min(kTileRows, p.n - row0);
       MbarrierExpectBytes(&full[h], static_cast<uint32_t>(rows * cols + scale_cols * 4));
       BulkCopy(stage, scale_row, scale_cols * 4, &full[h]);
+      if (s.ring_tiled) {  // the chunk lies whole, swizzled, in PackRingTiles' layout
+        const int64_t chunk = int64_t{row0 / kTileRows} * (p.k / kChunkCols) + c.col;
+        BulkCopy(dst, p.w + chunk * (kTileRows * kChunkCols), kTileRows * kChunkCols, &full[h]);
+        return;
+      }
       for (int r = 0; r < rows; ++r) {
         BulkCopy(dst + r * (cols + kPad), p.w + int64_t{row0 + r} * p.k + col0, cols, &full[h]);
       }
@@ -184,13 +200,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   // `ahead`: the next chunk to copy, kStages - 1 chunks ahead of the one computing (stage cur).
   if constexpr (kBulk) {
     if (threadIdx.x == 0) {
-      for (int st = 0; st < kStages; ++st) MbarrierInit(&full[st]);
+      for (int st = 0; st < kStages; ++st) {
+        MbarrierInit(&full[st], 1);
+        MbarrierInit(&empty[st], kWarps);
+      }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
   }
   Cursor ahead;
   while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase])) ++ahead.phase;
+  if constexpr (kProducer) {
+    if (threadIdx.x >= kThreads) {  // the producer warp: chunk j into stage j % kStages
+      if (threadIdx.x > kThreads) return;
+      for (int j = 0; ahead.phase < s.num_phases; ++j) {
+        const int st = j % kStages;
+        if (j >= kStages) MbarrierWait(&empty[st], (j / kStages - 1) & 1);
+        copy(ahead, st);
+        ahead = next_of(ahead);
+      }
+      return;
+    }
+    ahead.phase = s.num_phases;  // the computing warps issue nothing
+  }
   for (int st = 0; st < kStages - 1; ++st) {
     if (ahead.phase < s.num_phases) {
       copy(ahead, st);
@@ -202,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t parity = 0;  // kBulk: of stage cur's mbarrier (flips as cur wraps)
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
-    if (i > 0 && s.barriers) GridBarrier(s.barrier, static_cast<unsigned>(i) * gridDim.x);
+    if (i > 0 && s.barriers) GridBarrier<kSync>(s.barrier, static_cast<unsigned>(i) * gridDim.x);
     if (p.w == nullptr) {
       RunLatencyPhase<kThreads>(p);
       continue;
@@ -210,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int2 tiles = TilesOf(p.n);
     if (tiles.y == 0) continue;
     QuantizeX(p, x_codes, x_scales);
-    __syncthreads();  // x's codes before any warp's first step (the bulk form's wait is no sync)
+    CtaSync<kSync>();  // x's codes before any warp's first step (the bulk form's wait is no sync)
     for (int t = 0; t < tiles.y; ++t) {
       const int row0 = (tiles.x + t) * kTileRows;
       float acc[4] = {};
@@ -229,10 +261,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
         const auto* w_scales = reinterpret_cast<const float*>(ring + cur * kStageBytes);
         const uint8_t* buf = ring + cur * kStageBytes + kScaleRowBytes;
+        // Rows g and g + 8 at 16-byte unit u: padded rows, or PackRingTiles' swizzle.
+        const int row_bytes = s.ring_tiled ? kChunkCols : cols + kPad;
+        const int swizzle = s.ring_tiled ? (g & 1) << 2 : 0;
         for (int st = warp; st < (s.ring_no_math ? 0 : cols / kStep); st += kWarps) {
-          const int at = st * kStep + 16 * q;
-          const uint4 lo = *reinterpret_cast<const uint4*>(buf + g * (cols + kPad) + at);
-          const uint4 hi = *reinterpret_cast<const uint4*>(buf + (g + 8) * (cols + kPad) + at);
+          const int at = st * kStep + 16 * q, u = (st * kStep / 16 + q) ^ swizzle;
+          const uint4 lo = *reinterpret_cast<const uint4*>(buf + g * row_bytes + 16 * u);
+          const uint4 hi = *reinterpret_cast<const uint4*>(buf + (g + 8) * row_bytes + 16 * u);
           const uint4 xv = *reinterpret_cast<const uint4*>(x_codes + col0 + at);
           float step[4] = {};
           MmaE4m3(step, {lo.x, hi.x, lo.y, hi.y}, xv.x, xv.y);
@@ -242,7 +277,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[j] = fmaf(step[j], scale, acc[j]);
         }
-        __syncthreads();  // this stage is free for the next copy
+        if constexpr (kProducer) {  // this warp is done with the stage
+          __syncwarp();
+          if (lane == 0) MbarrierArrive(&empty[cur]);
+        } else {
+          __syncthreads();  // this stage is free for the next copy
+        }
         if (++cur == kStages) {
           cur = 0;
           parity ^= 1;
@@ -253,35 +293,55 @@ __global__ void __launch_bounds__(kThreads, 1)
         partial[warp][g] = acc[0];
         partial[warp][g + 8] = acc[2];
       }
-      __syncthreads();
+      CtaSync<kSync>();
       if (threadIdx.x < kTileRows && row0 + threadIdx.x < p.n) {
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) sum += partial[w][threadIdx.x];
         static_cast<__nv_bfloat16*>(p.out)[row0 + threadIdx.x] = __float2bfloat16_rn(sum);
       }
-      __syncthreads();  // partial is the next tile's
+      CtaSync<kSync>();  // partial is the next tile's
     }
   }
   if constexpr (!kBulk) CpAsyncWait<0>();
+}
+
+// One thread per 16 bytes of w: tile t's chunk c (16 rows x cols inputs) at (t * chunks + c) *
+// 16 * cols, row r of it at r * cols, its 16-byte unit u at (u ^ 4 (r & 1)) * 16 (rows g and g
+// + 1, which a quarter-warp reads together, in different halves of a 128-byte line).
+__global__ void PackRingTilesKernel(const uint4* w, int n, int k, int cols, uint4* out) {
+  const int64_t units = int64_t{n} * (k / 16);
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= units) return;
+  const int row = static_cast<int>(i / (k / 16)), col = static_cast<int>(i % (k / 16)) * 16;
+  const int r = row % kTileRows, u = (col % cols) / 16;
+  const int64_t chunk = int64_t{row / kTileRows} * (k / cols) + col / cols;
+  out[(chunk * kTileRows * cols + int64_t{r} * cols) / 16 + (u ^ ((r & 1) << 2))] = w[i];
 }
 
 template <int kStages, int kChunkCols>
 cudaError_t LaunchRing(const PersistentStepArgs& args, cudaStream_t stream) {
   // One CTA per SM: its shared memory takes most of one.
   constexpr int kSmem = Ring<kStages, kChunkCols>::kSmemBytes;
+  if (args.ring_producer_warp) {
+    return LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols, true, true>>(
+        args, kThreads + kWarpSize, kSmem, stream);
+  }
   return args.ring_bulk
-             ? LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols, true>>(
+             ? LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols, true, false>>(
                    args, kThreads, kSmem, stream)
-             : LaunchOnEveryResidentCta<PersistentRingW8A8Kernel<kStages, kChunkCols, false>>(
-                   args, kThreads, kSmem, stream);
+             : LaunchOnEveryResidentCta<
+                   PersistentRingW8A8Kernel<kStages, kChunkCols, false, false>>(args, kThreads,
+                                                                                kSmem, stream);
 }
 
 }  // namespace
 
 cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
                                      cudaStream_t stream) {
-  if (max_k > kMaxK) return cudaErrorInvalidValue;
+  if (max_k > kMaxK || ((args.ring_tiled || args.ring_producer_warp) && !args.ring_bulk)) {
+    return cudaErrorInvalidValue;
+  }
   // The ring shapes the bench sweeps (persistent_step.h lists them).
   const auto shape = [&](int stages, int cols) {
     return args.ring_stages == stages && args.ring_chunk_cols == cols;
@@ -293,6 +353,17 @@ cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
   if (shape(12, 1024)) return LaunchRing<12, 1024>(args, stream);
   if (shape(16, 512)) return LaunchRing<16, 512>(args, stream);
   return cudaErrorInvalidValue;
+}
+
+cudaError_t PackRingTiles(const uint8_t* w, int n, int k, int chunk_cols, uint8_t* out,
+                          cudaStream_t stream) {
+  if (n % kTileRows != 0 || k % chunk_cols != 0 || chunk_cols % 128 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t units = int64_t{n} * (k / 16);
+  PackRingTilesKernel<<<static_cast<unsigned>((units + 255) / 256), 256, 0, stream>>>(
+      reinterpret_cast<const uint4*>(w), n, k, chunk_cols, reinterpret_cast<uint4*>(out));
+  return cudaGetLastError();
 }
 
 }  // namespace xserv::kernels::cuda::bench

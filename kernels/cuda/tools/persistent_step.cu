@@ -28,8 +28,8 @@ constexpr int kUnroll = 4;  // 16-byte loads per row in flight per lane
 constexpr int kCodes = 16;  // E4M3 codes per load
 constexpr int kBlock = 128;
 
-__global__ void __launch_bounds__(kThreads) PersistentStepKernel(
-    const __grid_constant__ PersistentStepArgs s) {
+__global__ void __launch_bounds__(kThreads)
+    PersistentStepKernel(const __grid_constant__ PersistentStepArgs s) {
   extern __shared__ uint4 s_x[];  // [k / 8] chunks of 8 bf16
   const int lane = threadIdx.x % kWarpSize;
   const int first_n0 = (blockIdx.x * kWarps + threadIdx.x / kWarpSize) * kCols;

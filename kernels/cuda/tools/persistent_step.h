@@ -49,7 +49,18 @@ struct PersistentStepArgs {
   // ... streaming only, for timing: the chunks arrive and are released, no arithmetic (the
   // outputs are then zeros).
   bool ring_no_math = false;
+  // ... the phases' weights in PackRingTiles' layout, each chunk one bulk copy (ring_bulk).
+  bool ring_tiled = false;
+  // ... a producer warp issuing the copies, released stage by stage by the computing warps, so
+  // that they stay in flight across barriers (ring_bulk).
+  bool ring_producer_warp = false;
 };
+
+// w (E4M3 [n, k], n a multiple of 16, k of chunk_cols) into the tiled W8A8 ring's layout for
+// chunks of chunk_cols inputs: every chunk of a 16-row tile contiguous, its rows swizzled so
+// that a quarter-warp's rows fall in different banks (persistent_ring_w8a8.cu says how).
+cudaError_t PackRingTiles(const uint8_t* w, int n, int k, int chunk_cols, uint8_t* out,
+                          cudaStream_t stream);
 
 // One cooperative launch of the persistent kernel over every resident CTA.
 cudaError_t LaunchPersistentStep(const PersistentStepArgs& args, int max_k, cudaStream_t stream);
