@@ -165,6 +165,12 @@ int main(int argc, char** argv) {
     bool no_math = false;   // suffix "n": streaming only (timing only, outputs zeros)
     bool tiled = false;     // suffix "p": weights packed by PackRingTiles, a bulk copy a chunk
     bool producer = false;  // suffix "w": a producer warp issues the copies
+    std::string Label() const {
+      char text[96];
+      std::snprintf(text, sizeof(text), "%dx%d%s%s%s%s", stages, cols, bulk ? " TMA" : "",
+                    tiled ? " tiled" : "", producer ? " producer" : "", no_math ? " no math" : "");
+      return text;
+    }
   };
   std::vector<RingShape> shapes;
   for (const std::string& text : ring_shapes) {
@@ -290,10 +296,9 @@ int main(int argc, char** argv) {
       finite += std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
     }
     std::printf(
-        "persistent (W8A8 ring %dx%d%s%s): phase 0 within %.4f of the GEMV's (relative to "
+        "persistent (W8A8 ring %s): phase 0 within %.4f of the GEMV's (relative to "
         "its largest output); %d of %d phases written and finite\n",
-        shape.stages, shape.cols, shape.bulk ? "t" : "", shape.tiled ? "p" : "", worst / scale,
-        finite, num_phases);
+        shape.Label().c_str(), worst / scale, finite, num_phases);
     if (worst / scale <= 0.05 && finite == num_phases) checked.push_back(shape);
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
@@ -310,13 +315,8 @@ int main(int argc, char** argv) {
       {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
   for (const RingShape& shape : checked) {
     for (const bool barriers : {true, false}) {
-      char name[128];
-      std::snprintf(name, sizeof(name), "persistent, W8A8 ring %dx%d%s%s%s", shape.stages,
-                    shape.cols,
-                    shape.tiled  ? " TMA tiled"
-                    : shape.bulk ? " TMA"
-                                 : "",
-                    shape.no_math ? " no math" : "", barriers ? "" : ", no barriers");
+      const std::string name =
+          "persistent, W8A8 ring " + shape.Label() + (barriers ? "" : ", no barriers");
       rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape), 1,
                                                repeats, stream));
     }

@@ -31,8 +31,10 @@ template <int kThreads = 0>
 __device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) {
   CtaSync<kThreads>();
   if (threadIdx.x == 0) {
-    __threadfence();  // this CTA's writes (ordered before by the barrier above) become visible
-    atomicAdd(counter, 1u);
+    // A release reduction: the CTA's writes, ordered before it by the CTA barrier above, are
+    // visible to whoever acquires the count (CUTLASS's GenericBarrier arrives the same way);
+    // cheaper than a full fence followed by an atomic that returns.
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
     unsigned seen = 0;
     do {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
