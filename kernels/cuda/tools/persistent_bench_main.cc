@@ -12,12 +12,15 @@
 // Usage: xserv-persistent-bench [--layers 36] [--latency-phases true] [--repeats 20]
 //                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs;
 //                               suffix t: TMA bulk copies; n: no arithmetic, timing only;
-//                               p: weights packed, one bulk copy per chunk; w: a producer warp)
+//                               p: weights packed, one bulk copy per chunk; w: a producer warp;
+//                               +N after pw: N chunks further ahead into L2)
+//                               [--trace-shapes 6x2048pw,...]  (barrier timestamps, one launch)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -29,6 +32,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/tools/bench_util.h"
 #include "kernels/cuda/tools/persistent_step.h"
+#include "kernels/cuda/tools/persistent_trace.h"
 
 namespace {
 
@@ -77,11 +81,14 @@ int main(int argc, char** argv) {
                  "the small ops between the matmuls as one-CTA copy phases")
       ->capture_default_str();
   app.add_option("--repeats", repeats, "timed replays (best kept)")->capture_default_str();
-  std::vector<std::string> ring_shapes = {"5x2048"};
+  std::vector<std::string> ring_shapes = {"5x2048"}, trace_shapes;
   app.add_option("--ring-shapes", ring_shapes,
                  "W8A8 ring shapes, stages x inputs per chunk (persistent_step.h lists them)")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--trace-shapes", trace_shapes,
+                 "ring shapes (of --ring-shapes) whose barriers to trace in one launch")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   const Matmul qkv{6144, 4096}, o{4096, 4096}, gate_up{24576, 4096}, down{4096, 12288};
@@ -165,10 +172,12 @@ int main(int argc, char** argv) {
     bool no_math = false;   // suffix "n": streaming only (timing only, outputs zeros)
     bool tiled = false;     // suffix "p": weights packed by PackRingTiles, a bulk copy a chunk
     bool producer = false;  // suffix "w": a producer warp issues the copies
+    int l2_ahead = 0;       // suffix "+N" (after w): N chunks further ahead into L2
     std::string Label() const {
       char text[96];
       std::snprintf(text, sizeof(text), "%dx%d%s%s%s%s", stages, cols, bulk ? " TMA" : "",
                     tiled ? " tiled" : "", producer ? " producer" : "", no_math ? " no math" : "");
+      if (l2_ahead > 0) return text + std::string(" L2+") + std::to_string(l2_ahead);
       return text;
     }
   };
@@ -177,9 +186,14 @@ int main(int argc, char** argv) {
     RingShape r;
     char suffix[8] = {};
     const int got = std::sscanf(text.c_str(), "%dx%d%7s", &r.stages, &r.cols, suffix);
-    const std::string flags = got == 3 ? suffix : "";
+    std::string flags = got == 3 ? suffix : "";
+    if (const size_t plus = flags.find('+'); plus != std::string::npos) {
+      r.l2_ahead = std::atoi(flags.c_str() + plus + 1);
+      flags.resize(plus);
+    }
     if (got < 2 || flags.find_first_not_of("tnpw") != std::string::npos) {
-      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w]\n", text.c_str());
+      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w][+N]\n",
+                   text.c_str());
       return 2;
     }
     r.bulk = flags.find('t') != std::string::npos;
@@ -228,7 +242,8 @@ int main(int argc, char** argv) {
            .ring_bulk = shape.bulk,
            .ring_no_math = shape.no_math,
            .ring_tiled = shape.tiled,
-           .ring_producer_warp = shape.producer},
+           .ring_producer_warp = shape.producer,
+           .ring_l2_ahead = shape.l2_ahead},
           12288, s));
     };
   };
@@ -320,6 +335,45 @@ int main(int argc, char** argv) {
       rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape), 1,
                                                repeats, stream));
     }
+  }
+  // One traced launch of each --trace-shapes ring (after an untraced one), with barriers.
+  for (const std::string& text : trace_shapes) {
+    const auto it = std::find(ring_shapes.begin(), ring_shapes.end(), text);
+    if (it == ring_shapes.end()) {
+      std::fprintf(stderr, "--trace-shapes: '%s' is not among --ring-shapes\n", text.c_str());
+      return 2;
+    }
+    RingShape shape = shapes[it - ring_shapes.begin()];
+    const int ctas = prop.multiProcessorCount;  // the ring runs one CTA per SM
+    std::vector<unsigned long long> trace(static_cast<size_t>(num_phases) * ctas *
+                                          xserv::kernels::cuda::bench::kTraceFields);
+    auto* device_trace = static_cast<unsigned long long*>(DeviceBytes(trace.size() * 8));
+    CHECK_CUDA(cudaMemset(device_trace, 0, trace.size() * 8));
+    persistent(false, true, false, true, shape)(0, stream);
+    CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, stream));
+    CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
+        {.phases = shape.tiled ? tiled_phases.at(shape.cols) : device_phases,
+         .num_phases = num_phases,
+         .barrier = barrier,
+         .prefetch = false,
+         .barriers = true,
+         .ring_w8a8 = true,
+         .ring_stages = shape.stages,
+         .ring_chunk_cols = shape.cols,
+         .ring_bulk = shape.bulk,
+         .ring_no_math = shape.no_math,
+         .ring_tiled = shape.tiled,
+         .ring_producer_warp = shape.producer,
+         .ring_l2_ahead = shape.l2_ahead,
+         .trace = device_trace},
+        12288, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    CHECK_CUDA(cudaMemcpy(trace.data(), device_trace, trace.size() * 8, cudaMemcpyDeviceToHost));
+    int khz = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    std::printf("barrier trace, W8A8 ring %s (SM clock %d MHz):\n", shape.Label().c_str(),
+                khz / 1000);
+    xserv::kernels::cuda::bench::PrintBarrierTrace(trace, phases[1], ctas, khz / 1e3);
   }
   for (const auto& [name, us] : rows) {
     std::printf("%-44s %8.1f us/step %7.0f GB/s\n", name.c_str(), us, weight_bytes / (us * 1e3));

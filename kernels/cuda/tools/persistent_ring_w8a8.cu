@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codes.cuh"
+#include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/tools/persistent_common.cuh"
 #include "kernels/cuda/tools/persistent_step.h"
@@ -129,6 +130,14 @@ __device__ __forceinline__ void BulkCopy(void* dst, const void* src, uint32_t by
       : "memory");
 }
 
+// The time now into a phase's trace record (PhaseTrace).
+__device__ __forceinline__ void Stamp(unsigned long long* trace, int ns_field, int cycles_field) {
+  unsigned long long ns = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  trace[ns_field] = ns;
+  trace[cycles_field] = clock64();
+}
+
 // kBulk: thread 0 copies each row of a chunk with one bulk copy (TMA) and the warps wait on the
 // stage's mbarrier, instead of every thread's 16-byte cp.async and cp.async groups.
 // kProducer (with kBulk): one more warp, whose lane 0 alone issues every chunk in order as soon
@@ -213,8 +222,20 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
   if constexpr (kProducer) {
     if (threadIdx.x >= kThreads) {  // the producer warp: chunk j into stage j % kStages
       if (threadIdx.x > kThreads) return;
+      // With ring_l2_ahead (packed weights), chunk j + ring_l2_ahead is asked into L2 as chunk j
+      // is copied, so HBM keeps streaming while a full ring waits on a barrier.
+      Cursor l2 = ahead;
+      const auto prefetch_l2 = [&] {
+        const StreamPhase& p = s.phases[l2.phase];
+        const int64_t chunk = int64_t{TilesOf(p.n).x + l2.tile} * (p.k / kChunkCols) + l2.col;
+        BulkPrefetchL2(p.w + chunk * (kTileRows * kChunkCols), kTileRows * kChunkCols);
+        l2 = next_of(l2);
+      };
+      const int l2_ahead = s.ring_tiled ? s.ring_l2_ahead : 0;
+      for (int j = 0; j < l2_ahead && l2.phase < s.num_phases; ++j) l2 = next_of(l2);
       for (int j = 0; ahead.phase < s.num_phases; ++j) {
         const int st = j % kStages;
+        if (l2_ahead > 0 && l2.phase < s.num_phases) prefetch_l2();
         if (j >= kStages) MbarrierWait(&empty[st], (j / kStages - 1) & 1);
         copy(ahead, st);
         ahead = next_of(ahead);
@@ -234,7 +255,13 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
   uint32_t parity = 0;  // kBulk: of stage cur's mbarrier (flips as cur wraps)
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
+    unsigned long long* const trace =
+        s.trace != nullptr && threadIdx.x == 0
+            ? s.trace + (int64_t{i} * gridDim.x + blockIdx.x) * kTraceFields
+            : nullptr;
+    if (trace != nullptr) Stamp(trace, kArriveNs, kArriveCycles);
     if (i > 0 && s.barriers) GridBarrier<kSync>(s.barrier, static_cast<unsigned>(i) * gridDim.x);
+    if (trace != nullptr) Stamp(trace, kReleaseNs, kReleaseCycles);
     if (p.w == nullptr) {
       RunLatencyPhase<kThreads>(p);
       continue;
@@ -243,6 +270,7 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     if (tiles.y == 0) continue;
     QuantizeX(p, x_codes, x_scales);
     CtaSync<kSync>();  // x's codes before any warp's first step (the bulk form's wait is no sync)
+    if (trace != nullptr) Stamp(trace, kReadyNs, kReadyCycles);
     for (int t = 0; t < tiles.y; ++t) {
       const int row0 = (tiles.x + t) * kTileRows;
       float acc[4] = {};

@@ -54,6 +54,25 @@ struct PersistentStepArgs {
   // ... a producer warp issuing the copies, released stage by stage by the computing warps, so
   // that they stay in flight across barriers (ring_bulk).
   bool ring_producer_warp = false;
+  // ... and, with ring_tiled, the producer asks this many chunks further ahead into L2
+  // (cp.async.bulk.prefetch), so that HBM streams on while a full ring waits.
+  int ring_l2_ahead = 0;
+  // Non-null (the W8A8 ring only): per phase and CTA, kTraceFields timestamps of its thread 0
+  // (PhaseTrace), to tell a barrier's wait for the slowest CTA from its propagation.
+  unsigned long long* trace = nullptr;
+};
+
+// A traced phase's timestamps, each CTA's thread 0: %globaltimer (ns, comparable across SMs)
+// and clock64 (cycles, this SM's) when it arrives at the barrier before the phase, when the
+// barrier releases it, and when x is quantised (the phase's first MMA may start).
+enum PhaseTrace {
+  kArriveNs,
+  kReleaseNs,
+  kReadyNs,
+  kArriveCycles,
+  kReleaseCycles,
+  kReadyCycles,
+  kTraceFields
 };
 
 // w (E4M3 [n, k], n a multiple of 16, k of chunk_cols) into the tiled W8A8 ring's layout for
