@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
                  "W8A8 ring shapes, stages x inputs per chunk (persistent_step.h lists them)")
       ->delimiter(',')
       ->capture_default_str();
+  unsigned backoff_ns = 0;
+  app.add_option("--barrier-backoff-ns", backoff_ns,
+                 "the W8A8 ring's pause between polls of the grid barrier")
+      ->capture_default_str();
   app.add_option("--trace-shapes", trace_shapes,
                  "ring shapes (of --ring-shapes) whose barriers to trace in one launch")
       ->delimiter(',');
@@ -243,7 +247,8 @@ int main(int argc, char** argv) {
            .ring_no_math = shape.no_math,
            .ring_tiled = shape.tiled,
            .ring_producer_warp = shape.producer,
-           .ring_l2_ahead = shape.l2_ahead},
+           .ring_l2_ahead = shape.l2_ahead,
+           .barrier_backoff_ns = backoff_ns},
           12288, s));
     };
   };
@@ -365,6 +370,7 @@ int main(int argc, char** argv) {
          .ring_tiled = shape.tiled,
          .ring_producer_warp = shape.producer,
          .ring_l2_ahead = shape.l2_ahead,
+         .barrier_backoff_ns = backoff_ns,
          .trace = device_trace},
         12288, stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));

@@ -27,8 +27,10 @@ __device__ __forceinline__ void CtaSync() {
 
 // All CTAs of the grid have arrived `target` times in total (each arrives once per barrier; the
 // counter only grows, zeroed before the launch). kThreads: as CtaSync's, thread 0 among them.
+// backoff_ns: a pause between polls (fewer loads on the counter's line), 0 none.
 template <int kThreads = 0>
-__device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) {
+__device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target,
+                                            unsigned backoff_ns = 0) {
   CtaSync<kThreads>();
   if (threadIdx.x == 0) {
     // A release reduction: the CTA's writes, ordered before it by the CTA barrier above, are
@@ -38,6 +40,7 @@ __device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) 
     unsigned seen = 0;
     do {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      if (seen < target && backoff_ns > 0) __nanosleep(backoff_ns);
     } while (seen < target);
   }
   CtaSync<kThreads>();

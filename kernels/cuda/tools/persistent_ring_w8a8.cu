@@ -68,12 +68,23 @@ __device__ __forceinline__ bool Streams(const StreamPhase& p) {
 
 // x (bf16 [k]) to E4M3 codes and a scale per 128 inputs, as QuantizeFp8Rows: 16 lanes of 8.
 __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, float* scales) {
-  const int lane = threadIdx.x % kWarpSize, chunks = p.k / 8;
+  // All of a thread's loads first (k up to 12,288: 3 per thread): one L2 round trip, not one
+  // per pass, on the path from the barrier to the phase's first MMA.
+  constexpr int kPasses = kMaxK / 8 / kThreads;
+  const int chunks = p.k / 8;
   const uint4* x = static_cast<const uint4*>(p.x);
-  for (int base = threadIdx.x - lane; base < chunks; base += kThreads) {
-    const int c = base + lane;
-    float v[8] = {};
-    if (c < chunks) UnpackBf16x8(x[c], v);
+  uint4 raw[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int c = threadIdx.x + pass * kThreads;
+    raw[pass] = c < chunks ? x[c] : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int c = threadIdx.x + pass * kThreads;
+    if (c - threadIdx.x % kWarpSize >= chunks) break;  // the whole warp is past x
+    float v[8];
+    UnpackBf16x8(raw[pass], v);
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -260,7 +271,8 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
             ? s.trace + (int64_t{i} * gridDim.x + blockIdx.x) * kTraceFields
             : nullptr;
     if (trace != nullptr) Stamp(trace, kArriveNs, kArriveCycles);
-    if (i > 0 && s.barriers) GridBarrier<kSync>(s.barrier, static_cast<unsigned>(i) * gridDim.x);
+    if (i > 0 && s.barriers)
+      GridBarrier<kSync>(s.barrier, static_cast<unsigned>(i) * gridDim.x, s.barrier_backoff_ns);
     if (trace != nullptr) Stamp(trace, kReleaseNs, kReleaseCycles);
     if (p.w == nullptr) {
       RunLatencyPhase<kThreads>(p);

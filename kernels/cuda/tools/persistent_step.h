@@ -57,6 +57,8 @@ struct PersistentStepArgs {
   // ... and, with ring_tiled, the producer asks this many chunks further ahead into L2
   // (cp.async.bulk.prefetch), so that HBM streams on while a full ring waits.
   int ring_l2_ahead = 0;
+  // The W8A8 ring's grid barrier pauses this long between polls of its counter (0: none).
+  unsigned barrier_backoff_ns = 0;
   // Non-null (the W8A8 ring only): per phase and CTA, kTraceFields timestamps of its thread 0
   // (PhaseTrace), to tell a barrier's wait for the slowest CTA from its propagation.
   unsigned long long* trace = nullptr;
