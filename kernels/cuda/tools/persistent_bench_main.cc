@@ -13,7 +13,8 @@
 //                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs;
 //                               suffix t: TMA bulk copies; n: no arithmetic, timing only;
 //                               p: weights packed, one bulk copy per chunk; w: a producer warp;
-//                               +N after pw: N chunks further ahead into L2)
+//                               +N after pw: N chunks further ahead into L2; f: dataflow, no
+//                               barrier between matmuls)
 //                               [--trace-shapes 6x2048pw,...]  (barrier timestamps, one launch)
 #include <cuda_runtime_api.h>
 
@@ -177,12 +178,15 @@ int main(int argc, char** argv) {
     bool tiled = false;     // suffix "p": weights packed by PackRingTiles, a bulk copy a chunk
     bool producer = false;  // suffix "w": a producer warp issues the copies
     int l2_ahead = 0;       // suffix "+N" (after w): N chunks further ahead into L2
+    bool dataflow = false;  // suffix "f": no barrier between matmuls (ready counters)
     std::string Label() const {
       char text[96];
       std::snprintf(text, sizeof(text), "%dx%d%s%s%s%s", stages, cols, bulk ? " TMA" : "",
                     tiled ? " tiled" : "", producer ? " producer" : "", no_math ? " no math" : "");
-      if (l2_ahead > 0) return text + std::string(" L2+") + std::to_string(l2_ahead);
-      return text;
+      std::string label = text;
+      if (dataflow) label += " dataflow";
+      if (l2_ahead > 0) label += " L2+" + std::to_string(l2_ahead);
+      return label;
     }
   };
   std::vector<RingShape> shapes;
@@ -195,8 +199,8 @@ int main(int argc, char** argv) {
       r.l2_ahead = std::atoi(flags.c_str() + plus + 1);
       flags.resize(plus);
     }
-    if (got < 2 || flags.find_first_not_of("tnpw") != std::string::npos) {
-      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w][+N]\n",
+    if (got < 2 || flags.find_first_not_of("tnpwf") != std::string::npos) {
+      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w][f][+N]\n",
                    text.c_str());
       return 2;
     }
@@ -204,6 +208,9 @@ int main(int argc, char** argv) {
     r.no_math = flags.find('n') != std::string::npos;
     r.tiled = flags.find('p') != std::string::npos;
     r.producer = flags.find('w') != std::string::npos;
+    r.dataflow = flags.find('f') != std::string::npos;
+    r.tiled = r.tiled || r.dataflow;
+    r.producer = r.producer || r.dataflow;
     r.bulk = r.bulk || r.tiled || r.producer;
     shapes.push_back(r);
   }
@@ -229,27 +236,38 @@ int main(int argc, char** argv) {
     tiled_phases[shape.cols] = device;
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
+  // The ready counters of the dataflow form (zeroed before each of its launches).
+  const size_t ready_bytes = static_cast<size_t>(num_phases) *
+                             xserv::kernels::cuda::bench::PersistentStepArgs::kMaxReadyGroups * 4;
+  auto* ready = static_cast<unsigned*>(DeviceBytes(ready_bytes));
+  const auto args_of = [&](bool prefetch, bool barriers, bool ring, bool w8a8,
+                           const RingShape& shape) {
+    return xserv::kernels::cuda::bench::PersistentStepArgs{
+        .phases = shape.tiled ? tiled_phases.at(shape.cols) : device_phases,
+        .num_phases = num_phases,
+        .barrier = barrier,
+        .prefetch = prefetch,
+        .barriers = barriers,
+        .smem_ring = ring,
+        .ring_w8a8 = w8a8,
+        .ring_stages = shape.stages,
+        .ring_chunk_cols = shape.cols,
+        .ring_bulk = shape.bulk,
+        .ring_no_math = shape.no_math,
+        .ring_tiled = shape.tiled,
+        .ring_producer_warp = shape.producer,
+        .ring_l2_ahead = shape.l2_ahead,
+        .barrier_backoff_ns = backoff_ns,
+        .ring_dataflow = shape.dataflow,
+        .ready = ready};
+  };
   const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
                               bool w8a8 = false, RingShape shape = {}) {
     return [&, prefetch, barriers, ring, w8a8, shape](int, cudaStream_t s) {
       CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
+      if (shape.dataflow) CHECK_CUDA(cudaMemsetAsync(ready, 0, ready_bytes, s));
       CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
-          {.phases = shape.tiled ? tiled_phases.at(shape.cols) : device_phases,
-           .num_phases = num_phases,
-           .barrier = barrier,
-           .prefetch = prefetch,
-           .barriers = barriers,
-           .smem_ring = ring,
-           .ring_w8a8 = w8a8,
-           .ring_stages = shape.stages,
-           .ring_chunk_cols = shape.cols,
-           .ring_bulk = shape.bulk,
-           .ring_no_math = shape.no_math,
-           .ring_tiled = shape.tiled,
-           .ring_producer_warp = shape.producer,
-           .ring_l2_ahead = shape.l2_ahead,
-           .barrier_backoff_ns = backoff_ns},
-          12288, s));
+          args_of(prefetch, barriers, ring, w8a8, shape), 12288, s));
     };
   };
 
@@ -319,7 +337,32 @@ int main(int argc, char** argv) {
         "persistent (W8A8 ring %s): phase 0 within %.4f of the GEMV's (relative to "
         "its largest output); %d of %d phases written and finite\n",
         shape.Label().c_str(), worst / scale, finite, num_phases);
-    if (worst / scale <= 0.05 && finite == num_phases) checked.push_back(shape);
+    bool same = true;
+    if (shape.dataflow) {  // the same tiles' arithmetic as with barriers: every phase's bits
+      std::vector<std::vector<uint16_t>> bits;
+      for (const StreamPhase& p : phases[1]) {
+        bits.emplace_back(p.n);
+        CHECK_CUDA(cudaMemcpy(bits.back().data(), p.out, p.n * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
+      }
+      RingShape with_barriers = shape;
+      with_barriers.dataflow = false;
+      persistent(false, true, false, true, with_barriers)(0, stream);
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      int equal = 0;
+      for (int i = 0; i < num_phases; ++i) {
+        std::vector<uint16_t> want(phases[1][i].n);
+        CHECK_CUDA(
+            cudaMemcpy(want.data(), phases[1][i].out, want.size() * 2, cudaMemcpyDeviceToHost));
+        equal += want == bits[i];
+      }
+      std::printf(
+          "persistent (W8A8 ring %s): %d of %d phases equal the barrier ring's bit for "
+          "bit\n",
+          shape.Label().c_str(), equal, num_phases);
+      same = equal == num_phases;
+    }
+    if (worst / scale <= 0.05 && finite == num_phases && same) checked.push_back(shape);
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
   const double us_separate = TimeGraphOfCalls(separate, 1, repeats, stream);
@@ -356,23 +399,10 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMemset(device_trace, 0, trace.size() * 8));
     persistent(false, true, false, true, shape)(0, stream);
     CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, stream));
-    CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
-        {.phases = shape.tiled ? tiled_phases.at(shape.cols) : device_phases,
-         .num_phases = num_phases,
-         .barrier = barrier,
-         .prefetch = false,
-         .barriers = true,
-         .ring_w8a8 = true,
-         .ring_stages = shape.stages,
-         .ring_chunk_cols = shape.cols,
-         .ring_bulk = shape.bulk,
-         .ring_no_math = shape.no_math,
-         .ring_tiled = shape.tiled,
-         .ring_producer_warp = shape.producer,
-         .ring_l2_ahead = shape.l2_ahead,
-         .barrier_backoff_ns = backoff_ns,
-         .trace = device_trace},
-        12288, stream));
+    CHECK_CUDA(cudaMemsetAsync(ready, 0, ready_bytes, stream));
+    auto traced = args_of(false, true, false, true, shape);
+    traced.trace = device_trace;
+    CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(traced, 12288, stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
     CHECK_CUDA(cudaMemcpy(trace.data(), device_trace, trace.size() * 8, cudaMemcpyDeviceToHost));
     int khz = 0;

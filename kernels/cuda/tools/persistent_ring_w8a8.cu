@@ -37,6 +37,8 @@ constexpr int kMaxK = 12288;
 constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflict
 constexpr int kXBytes = kMaxK + (kMaxK / kGroup) * 4;  // x's codes and scales
 constexpr int kMaxSmem = 227 * 1024;
+constexpr int kMaxGroups = PersistentStepArgs::kMaxReadyGroups;  // per phase
+constexpr unsigned kTilesPerGroup = kGroup / kTileRows;
 // The ring of kStages chunks of kChunkCols inputs (kStages - 1 in flight while one computes).
 // A stage: its tile's row of weight block scales (copied with the rows, so that no global load
 // waits in a chunk's arithmetic), then the tile's rows.
@@ -56,18 +58,32 @@ __device__ __forceinline__ int TilesPerCta(int n) {
   const int tiles = (n + kTileRows - 1) / kTileRows;
   return (tiles + gridDim.x - 1) / gridDim.x;
 }
-// This CTA's tiles of a phase: [first, first + count).
-__device__ __forceinline__ int2 TilesOf(int n) {
-  const int tiles = (n + kTileRows - 1) / kTileRows, per = TilesPerCta(n);
-  const int first = min(tiles, static_cast<int>(blockIdx.x) * per);
-  return make_int2(first, min(tiles, first + per) - first);
+// This CTA's tiles of a phase: contiguous [first, first + count), or, interleaved (the dataflow
+// form), blockIdx.x, blockIdx.x + gridDim.x, ...: the grid writes the outputs' first rows
+// first, which the next phase reads first. Its j-th tile's index:
+__device__ __forceinline__ int TileIndex(int n, int j, bool interleaved) {
+  if (interleaved) return static_cast<int>(blockIdx.x + j * gridDim.x);
+  const int tiles = (n + kTileRows - 1) / kTileRows;
+  return min(tiles, static_cast<int>(blockIdx.x) * TilesPerCta(n)) + j;
 }
-__device__ __forceinline__ bool Streams(const StreamPhase& p) {
-  return p.w != nullptr && TilesOf(p.n).y > 0;
+__device__ __forceinline__ int TileCount(int n, bool interleaved) {
+  const int tiles = (n + kTileRows - 1) / kTileRows;
+  if (interleaved) {
+    const int b = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+    return b < tiles ? (tiles - b + g - 1) / g : 0;
+  }
+  const int first = TileIndex(n, 0, false);
+  return min(tiles, first + TilesPerCta(n)) - first;
+}
+__device__ __forceinline__ bool Streams(const StreamPhase& p, bool interleaved) {
+  return p.w != nullptr && TileCount(p.n, interleaved) > 0;
 }
 
 // x (bf16 [k]) to E4M3 codes and a scale per 128 inputs, as QuantizeFp8Rows: 16 lanes of 8.
-__device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, float* scales) {
+// `fresh` non-null: only the groups of 128 it marks. x is read from L2 (__ldcg): other SMs
+// wrote it in this launch, and an L1 line from before would be stale.
+__device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, float* scales,
+                                          const uint8_t* fresh = nullptr) {
   // All of a thread's loads first (k up to 12,288: 3 per thread): one L2 round trip, not one
   // per pass, on the path from the barrier to the phase's first MMA.
   constexpr int kPasses = kMaxK / 8 / kThreads;
@@ -77,7 +93,8 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int c = threadIdx.x + pass * kThreads;
-    raw[pass] = c < chunks ? x[c] : make_uint4(0, 0, 0, 0);
+    const bool wanted = c < chunks && (fresh == nullptr || fresh[c / 16] != 0);
+    raw[pass] = wanted ? __ldcg(x + c) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
@@ -90,7 +107,7 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
     for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-    if (c >= chunks) continue;
+    if (c >= chunks || (fresh != nullptr && fresh[c / 16] == 0)) continue;
     const float scale = Fp8ScaleOf(amax);
     uint2 packed = make_uint2(0, 0);
 #pragma unroll
@@ -101,6 +118,16 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
     reinterpret_cast<uint2*>(codes)[c] = packed;
     if (c % 16 == 0) scales[c / 16] = scale;
   }
+}
+
+// The dataflow form's counters: a tile counted in (release: its rows before), and read.
+__device__ __forceinline__ void RedRelease(unsigned* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+__device__ __forceinline__ unsigned LoadAcquire(const unsigned* counter) {
+  unsigned v = 0;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  return v;
 }
 
 // The bulk-copy (TMA) form's completion: a stage's mbarrier counts the bytes of its rows.
@@ -174,7 +201,8 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
 
   const auto copy = [&](const Cursor& c, int h) {
     const StreamPhase& p = s.phases[c.phase];
-    const int row0 = (TilesOf(p.n).x + c.tile) * kTileRows, col0 = c.col * kChunkCols;
+    const int row0 = TileIndex(p.n, c.tile, s.ring_dataflow) * kTileRows;
+    const int col0 = c.col * kChunkCols;
     const int cols = min(kChunkCols, p.k - col0), vecs_per_row = cols / 16;
     const int scale_cols = (p.k + kGroup - 1) / kGroup;  // a multiple of 4 (k % 512 == 0)
     const float* scale_row = p.scales + (row0 / kGroup) * scale_cols;
@@ -210,10 +238,10 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     const StreamPhase& p = s.phases[c.phase];
     if (++c.col < col_chunks(p.k)) return c;
     c.col = 0;
-    if (++c.tile < TilesOf(p.n).y) return c;
+    if (++c.tile < TileCount(p.n, s.ring_dataflow)) return c;
     c.tile = 0;
     ++c.phase;
-    while (c.phase < s.num_phases && !Streams(s.phases[c.phase])) ++c.phase;
+    while (c.phase < s.num_phases && !Streams(s.phases[c.phase], s.ring_dataflow)) ++c.phase;
     return c;
   };
 
@@ -229,7 +257,9 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     __syncthreads();
   }
   Cursor ahead;
-  while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase])) ++ahead.phase;
+  while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase], s.ring_dataflow)) {
+    ++ahead.phase;
+  }
   if constexpr (kProducer) {
     if (threadIdx.x >= kThreads) {  // the producer warp: chunk j into stage j % kStages
       if (threadIdx.x > kThreads) return;
@@ -238,7 +268,8 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
       Cursor l2 = ahead;
       const auto prefetch_l2 = [&] {
         const StreamPhase& p = s.phases[l2.phase];
-        const int64_t chunk = int64_t{TilesOf(p.n).x + l2.tile} * (p.k / kChunkCols) + l2.col;
+        const int64_t chunk =
+            int64_t{TileIndex(p.n, l2.tile, s.ring_dataflow)} * (p.k / kChunkCols) + l2.col;
         BulkPrefetchL2(p.w + chunk * (kTileRows * kChunkCols), kTileRows * kChunkCols);
         l2 = next_of(l2);
       };
@@ -263,28 +294,58 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     if constexpr (!kBulk) CpAsyncCommit();
   }
   int cur = 0;
-  uint32_t parity = 0;  // kBulk: of stage cur's mbarrier (flips as cur wraps)
+  uint32_t parity = 0;    // kBulk: of stage cur's mbarrier (flips as cur wraps)
+  unsigned barriers = 0;  // grid barriers passed (the dataflow form skips some)
+  __shared__ uint8_t x_done[kMaxK / kGroup], x_fresh[kMaxK / kGroup];  // the dataflow form's
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
     unsigned long long* const trace =
         s.trace != nullptr && threadIdx.x == 0
             ? s.trace + (int64_t{i} * gridDim.x + blockIdx.x) * kTraceFields
             : nullptr;
+    // The dataflow form: a matmul after a matmul waits for no barrier; its x's groups of 128
+    // are taken as the previous phase's tiles are counted in (EnsureX).
+    const bool flow = s.ring_dataflow && i > 0 && p.w != nullptr && s.phases[i - 1].w != nullptr;
     if (trace != nullptr) Stamp(trace, kArriveNs, kArriveCycles);
-    if (i > 0 && s.barriers)
-      GridBarrier<kSync>(s.barrier, static_cast<unsigned>(i) * gridDim.x, s.barrier_backoff_ns);
+    if (i > 0 && s.barriers && !flow) {
+      GridBarrier<kSync>(s.barrier, ++barriers * gridDim.x, s.barrier_backoff_ns);
+    }
     if (trace != nullptr) Stamp(trace, kReleaseNs, kReleaseCycles);
     if (p.w == nullptr) {
       RunLatencyPhase<kThreads>(p);
       continue;
     }
-    const int2 tiles = TilesOf(p.n);
-    if (tiles.y == 0) continue;
-    QuantizeX(p, x_codes, x_scales);
+    const int tile_count = TileCount(p.n, s.ring_dataflow);
+    if (tile_count == 0) continue;
+    if (flow) {
+      if (threadIdx.x < kMaxK / kGroup) x_done[threadIdx.x] = 0;
+    } else {
+      QuantizeX(p, x_codes, x_scales);
+    }
     CtaSync<kSync>();  // x's codes before any warp's first step (the bulk form's wait is no sync)
     if (trace != nullptr) Stamp(trace, kReadyNs, kReadyCycles);
-    for (int t = 0; t < tiles.y; ++t) {
-      const int row0 = (tiles.x + t) * kTileRows;
+    // x's groups [g0, g1) quantised into shared memory: poll every group not yet taken, take
+    // the ones whose 8 tiles the previous phase has counted, until [g0, g1) are all there.
+    const auto ensure_x = [&](int g0, int g1) {
+      const unsigned* ready = s.ready + static_cast<int64_t>(i - 1) * kMaxGroups;
+      const int groups = p.k / kGroup;
+      while (true) {
+        bool have = true;
+        for (int grp = g0; grp < g1; ++grp) have = have && x_done[grp] != 0;
+        if (have) return;
+        if (threadIdx.x < groups) {
+          x_fresh[threadIdx.x] =
+              x_done[threadIdx.x] == 0 && LoadAcquire(ready + threadIdx.x) >= kTilesPerGroup;
+        }
+        CtaSync<kSync>();  // the acquires before every thread's loads of x
+        QuantizeX(p, x_codes, x_scales, x_fresh);
+        CtaSync<kSync>();
+        if (threadIdx.x < groups && x_fresh[threadIdx.x] != 0) x_done[threadIdx.x] = 1;
+        CtaSync<kSync>();
+      }
+    };
+    for (int t = 0; t < tile_count; ++t) {
+      const int row0 = TileIndex(p.n, t, s.ring_dataflow) * kTileRows;
       float acc[4] = {};
       for (int col = 0; col < col_chunks(p.k); ++col) {
         if (ahead.phase < s.num_phases) {  // into the stage freed by the previous chunk
@@ -299,6 +360,7 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
           __syncthreads();
         }
         const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
+        if (flow && t == 0) ensure_x(col0 / kGroup, (col0 + cols) / kGroup);  // then all of x
         const auto* w_scales = reinterpret_cast<const float*>(ring + cur * kStageBytes);
         const uint8_t* buf = ring + cur * kStageBytes + kScaleRowBytes;
         // Rows g and g + 8 at 16-byte unit u: padded rows, or PackRingTiles' swizzle.
@@ -340,7 +402,10 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
         for (int w = 0; w < kWarps; ++w) sum += partial[w][threadIdx.x];
         static_cast<__nv_bfloat16*>(p.out)[row0 + threadIdx.x] = __float2bfloat16_rn(sum);
       }
-      CtaSync<kSync>();  // partial is the next tile's
+      CtaSync<kSync>();                           // partial is the next tile's
+      if (s.ring_dataflow && threadIdx.x == 0) {  // the tile's rows, ordered by the sync above
+        RedRelease(s.ready + static_cast<int64_t>(i) * kMaxGroups + row0 / kGroup);
+      }
     }
   }
   if constexpr (!kBulk) CpAsyncWait<0>();
@@ -379,7 +444,8 @@ cudaError_t LaunchRing(const PersistentStepArgs& args, cudaStream_t stream) {
 
 cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
                                      cudaStream_t stream) {
-  if (max_k > kMaxK || ((args.ring_tiled || args.ring_producer_warp) && !args.ring_bulk)) {
+  if (max_k > kMaxK || ((args.ring_tiled || args.ring_producer_warp) && !args.ring_bulk) ||
+      (args.ring_dataflow && (!args.ring_producer_warp || args.ready == nullptr))) {
     return cudaErrorInvalidValue;
   }
   // The ring shapes the bench sweeps (persistent_step.h lists them).
