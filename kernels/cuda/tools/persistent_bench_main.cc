@@ -338,7 +338,8 @@ int main(int argc, char** argv) {
         "its largest output); %d of %d phases written and finite\n",
         shape.Label().c_str(), worst / scale, finite, num_phases);
     bool same = true;
-    if (shape.dataflow) {  // the same tiles' arithmetic as with barriers: every phase's bits
+    if (shape.dataflow) {  // the same tiles' arithmetic as with barriers: every phase's bits,
+                           // in five launches
       std::vector<std::vector<uint16_t>> bits;
       for (const StreamPhase& p : phases[1]) {
         bits.emplace_back(p.n);
@@ -349,16 +350,29 @@ int main(int argc, char** argv) {
       with_barriers.dataflow = false;
       persistent(false, true, false, true, with_barriers)(0, stream);
       CHECK_CUDA(cudaStreamSynchronize(stream));
+      std::vector<std::vector<uint16_t>> want;
+      for (const StreamPhase& p : phases[1]) {
+        want.emplace_back(p.n);
+        CHECK_CUDA(cudaMemcpy(want.back().data(), p.out, p.n * 2, cudaMemcpyDeviceToHost));
+      }
+      // The first dataflow launch, then four more (a rare race would show in one of them).
       int equal = 0;
-      for (int i = 0; i < num_phases; ++i) {
-        std::vector<uint16_t> want(phases[1][i].n);
-        CHECK_CUDA(
-            cudaMemcpy(want.data(), phases[1][i].out, want.size() * 2, cudaMemcpyDeviceToHost));
-        equal += want == bits[i];
+      for (int i = 0; i < num_phases; ++i) equal += want[i] == bits[i];
+      for (int again = 0; again < 4 && equal == num_phases; ++again) {
+        for (const StreamPhase& p : phases[1]) {
+          CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
+        }
+        persistent(false, true, false, true, shape)(0, stream);
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        for (int i = 0; i < num_phases; ++i) {
+          CHECK_CUDA(cudaMemcpy(bits[i].data(), phases[1][i].out, bits[i].size() * 2,
+                                cudaMemcpyDeviceToHost));
+          equal -= want[i] != bits[i];
+        }
       }
       std::printf(
           "persistent (W8A8 ring %s): %d of %d phases equal the barrier ring's bit for "
-          "bit\n",
+          "bit (less one per phase that differed in a later launch)\n",
           shape.Label().c_str(), equal, num_phases);
       same = equal == num_phases;
     }
@@ -378,6 +392,7 @@ int main(int argc, char** argv) {
       {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
   for (const RingShape& shape : checked) {
     for (const bool barriers : {true, false}) {
+      if (shape.dataflow && !barriers) continue;  // it waits on its counters regardless
       const std::string name =
           "persistent, W8A8 ring " + shape.Label() + (barriers ? "" : ", no barriers");
       rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape), 1,

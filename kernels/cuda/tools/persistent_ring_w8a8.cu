@@ -38,7 +38,7 @@ constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflic
 constexpr int kXBytes = kMaxK + (kMaxK / kGroup) * 4;  // x's codes and scales
 constexpr int kMaxSmem = 227 * 1024;
 constexpr int kMaxGroups = PersistentStepArgs::kMaxReadyGroups;  // per phase
-constexpr unsigned kTilesPerGroup = kGroup / kTileRows;
+constexpr int kTilesPerGroup = kGroup / kTileRows;
 // The ring of kStages chunks of kChunkCols inputs (kStages - 1 in flight while one computes).
 // A stage: its tile's row of weight block scales (copied with the rows, so that no global load
 // waits in a chunk's arithmetic), then the tile's rows.
@@ -305,7 +305,8 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
             : nullptr;
     // The dataflow form: a matmul after a matmul waits for no barrier; its x's groups of 128
     // are taken as the previous phase's tiles are counted in (EnsureX).
-    const bool flow = s.ring_dataflow && i > 0 && p.w != nullptr && s.phases[i - 1].w != nullptr;
+    const bool flow = s.ring_dataflow && i > 0 && p.w != nullptr && s.phases[i - 1].w != nullptr &&
+                      p.x == s.phases[i - 1].out && p.k <= s.phases[i - 1].n;
     if (trace != nullptr) Stamp(trace, kArriveNs, kArriveCycles);
     if (i > 0 && s.barriers && !flow) {
       GridBarrier<kSync>(s.barrier, ++barriers * gridDim.x, s.barrier_backoff_ns);
@@ -329,13 +330,17 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     const auto ensure_x = [&](int g0, int g1) {
       const unsigned* ready = s.ready + static_cast<int64_t>(i - 1) * kMaxGroups;
       const int groups = p.k / kGroup;
+      const int prev_tiles = (s.phases[i - 1].n + kTileRows - 1) / kTileRows;
       while (true) {
         bool have = true;
         for (int grp = g0; grp < g1; ++grp) have = have && x_done[grp] != 0;
         if (have) return;
         if (threadIdx.x < groups) {
+          const int grp0 = static_cast<int>(threadIdx.x);  // its tiles: the last group's fewer
           x_fresh[threadIdx.x] =
-              x_done[threadIdx.x] == 0 && LoadAcquire(ready + threadIdx.x) >= kTilesPerGroup;
+              x_done[threadIdx.x] == 0 &&
+              LoadAcquire(ready + threadIdx.x) >=
+                  static_cast<unsigned>(min(kTilesPerGroup, prev_tiles - kTilesPerGroup * grp0));
         }
         CtaSync<kSync>();  // the acquires before every thread's loads of x
         QuantizeX(p, x_codes, x_scales, x_fresh);
@@ -402,8 +407,8 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
         for (int w = 0; w < kWarps; ++w) sum += partial[w][threadIdx.x];
         static_cast<__nv_bfloat16*>(p.out)[row0 + threadIdx.x] = __float2bfloat16_rn(sum);
       }
-      CtaSync<kSync>();                           // partial is the next tile's
-      if (s.ring_dataflow && threadIdx.x == 0) {  // the tile's rows, ordered by the sync above
+      CtaSync<kSync>();  // partial is the next tile's
+      if (s.ring_dataflow && threadIdx.x == 0 && row0 / kGroup < kMaxGroups) {  // after the sync
         RedRelease(s.ready + static_cast<int64_t>(i) * kMaxGroups + row0 / kGroup);
       }
     }
