@@ -71,6 +71,35 @@ void FillWeights(const Matmul& m, uint8_t* codes, float* scales, std::mt19937& r
   CHECK_CUDA(cudaMemcpy(scales, s.data(), blocks * 4, cudaMemcpyHostToDevice));
 }
 
+// Every phase's output set to 0xff (NaN in bf16), so that one a launch leaves unwritten shows.
+void Poison(const std::vector<StreamPhase>& phases, cudaStream_t stream) {
+  for (const StreamPhase& p : phases) {
+    CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
+  }
+}
+
+// Every phase's bf16 output bits, after the stream's work so far.
+std::vector<std::vector<uint16_t>> OutputBits(const std::vector<StreamPhase>& phases,
+                                              cudaStream_t stream) {
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<std::vector<uint16_t>> bits;
+  for (const StreamPhase& p : phases) {
+    bits.emplace_back(p.n);
+    CHECK_CUDA(cudaMemcpy(bits.back().data(), p.out, static_cast<size_t>(p.n) * 2,
+                          cudaMemcpyDeviceToHost));
+  }
+  return bits;
+}
+
+std::vector<float> FloatsOf(const std::vector<uint16_t>& bf16_bits) {
+  std::vector<float> v(bf16_bits.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t u = uint32_t{bf16_bits[i]} << 16;
+    std::memcpy(&v[i], &u, 4);
+  }
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,13 +290,17 @@ int main(int argc, char** argv) {
         .ring_dataflow = shape.dataflow,
         .ready = ready};
   };
+  // One launch: its counters zeroed first.
+  const auto launch = [&](const xserv::kernels::cuda::bench::PersistentStepArgs& a,
+                          cudaStream_t s) {
+    CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
+    if (a.ring_dataflow) CHECK_CUDA(cudaMemsetAsync(ready, 0, ready_bytes, s));
+    CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(a, 12288, s));
+  };
   const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
                               bool w8a8 = false, RingShape shape = {}) {
     return [&, prefetch, barriers, ring, w8a8, shape](int, cudaStream_t s) {
-      CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
-      if (shape.dataflow) CHECK_CUDA(cudaMemsetAsync(ready, 0, ready_bytes, s));
-      CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(
-          args_of(prefetch, barriers, ring, w8a8, shape), 12288, s));
+      launch(args_of(prefetch, barriers, ring, w8a8, shape), s);
     };
   };
 
@@ -277,21 +310,14 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, layers, num_phases, weight_bytes / 1e9);
   // Correctness first: one step of each form, every phase's output compared.
   separate(0, stream);
+  const std::vector<std::vector<uint16_t>> gemv_bits = OutputBits(phases[0], stream);
   for (const int form : {0, 1, 2}) {  // barriers; + prefetch; the shared-memory ring
     const bool prefetch = form == 1, ring = form == 2;
-    for (const StreamPhase& p : phases[1]) {
-      CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
-    }
+    Poison(phases[1], stream);
     persistent(prefetch, true, ring)(0, stream);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<std::vector<uint16_t>> bits = OutputBits(phases[1], stream);
     int equal = 0;
-    for (int i = 0; i < num_phases; ++i) {
-      const size_t bytes = static_cast<size_t>(phases[0][i].n) * 2;
-      std::vector<char> a(bytes), b(bytes);
-      CHECK_CUDA(cudaMemcpy(a.data(), phases[0][i].out, bytes, cudaMemcpyDeviceToHost));
-      CHECK_CUDA(cudaMemcpy(b.data(), phases[1][i].out, bytes, cudaMemcpyDeviceToHost));
-      equal += std::memcmp(a.data(), b.data(), bytes) == 0;
-    }
+    for (int i = 0; i < num_phases; ++i) equal += bits[i] == gemv_bits[i];
     std::printf("persistent%s: %d of %d phase outputs equal the GEMV kernels' bit for bit\n",
                 prefetch ? " (prefetch)"
                 : ring   ? " (ring)"
@@ -302,35 +328,24 @@ int main(int argc, char** argv) {
   // The W8A8 ring in each shape: other bits (x quantised), so the first phase against the
   // GEMV's within W8A8's error, and every phase written (the poison gone) and finite.
   std::vector<RingShape> checked;  // the shapes that passed, timed below
+  const std::vector<float> gemv_phase0 = FloatsOf(gemv_bits[0]);
   for (const RingShape& shape : shapes) {
     if (shape.no_math) {  // nothing to check
       checked.push_back(shape);
       continue;
     }
-    for (const StreamPhase& p : phases[1]) {
-      CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
-    }
+    Poison(phases[1], stream);
     persistent(false, true, false, true, shape)(0, stream);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    const auto floats = [](const StreamPhase& p) {
-      std::vector<uint16_t> bits(p.n);
-      CHECK_CUDA(cudaMemcpy(bits.data(), p.out, bits.size() * 2, cudaMemcpyDeviceToHost));
-      std::vector<float> v(p.n);
-      for (int i = 0; i < p.n; ++i) {
-        const uint32_t u = uint32_t{bits[i]} << 16;
-        std::memcpy(&v[i], &u, 4);
-      }
-      return v;
-    };
-    const std::vector<float> want = floats(phases[0][0]), got = floats(phases[1][0]);
+    std::vector<std::vector<uint16_t>> bits = OutputBits(phases[1], stream);
+    const std::vector<float> got = FloatsOf(bits[0]);
     double worst = 0, scale = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(got[i] - gemv_phase0[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(gemv_phase0[i])));
     }
     int finite = 0;
-    for (const StreamPhase& p : phases[1]) {
-      const std::vector<float> v = floats(p);
+    for (const std::vector<uint16_t>& phase_bits : bits) {
+      const std::vector<float> v = FloatsOf(phase_bits);
       finite += std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
     }
     std::printf(
@@ -340,35 +355,19 @@ int main(int argc, char** argv) {
     bool same = true;
     if (shape.dataflow) {  // the same tiles' arithmetic as with barriers: every phase's bits,
                            // in five launches
-      std::vector<std::vector<uint16_t>> bits;
-      for (const StreamPhase& p : phases[1]) {
-        bits.emplace_back(p.n);
-        CHECK_CUDA(cudaMemcpy(bits.back().data(), p.out, p.n * 2, cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
-      }
       RingShape with_barriers = shape;
       with_barriers.dataflow = false;
+      Poison(phases[1], stream);
       persistent(false, true, false, true, with_barriers)(0, stream);
-      CHECK_CUDA(cudaStreamSynchronize(stream));
-      std::vector<std::vector<uint16_t>> want;
-      for (const StreamPhase& p : phases[1]) {
-        want.emplace_back(p.n);
-        CHECK_CUDA(cudaMemcpy(want.back().data(), p.out, p.n * 2, cudaMemcpyDeviceToHost));
-      }
+      const std::vector<std::vector<uint16_t>> want = OutputBits(phases[1], stream);
       // The first dataflow launch, then four more (a rare race would show in one of them).
       int equal = 0;
       for (int i = 0; i < num_phases; ++i) equal += want[i] == bits[i];
       for (int again = 0; again < 4 && equal == num_phases; ++again) {
-        for (const StreamPhase& p : phases[1]) {
-          CHECK_CUDA(cudaMemsetAsync(p.out, 0xff, static_cast<size_t>(p.n) * 2, stream));
-        }
+        Poison(phases[1], stream);
         persistent(false, true, false, true, shape)(0, stream);
-        CHECK_CUDA(cudaStreamSynchronize(stream));
-        for (int i = 0; i < num_phases; ++i) {
-          CHECK_CUDA(cudaMemcpy(bits[i].data(), phases[1][i].out, bits[i].size() * 2,
-                                cudaMemcpyDeviceToHost));
-          equal -= want[i] != bits[i];
-        }
+        bits = OutputBits(phases[1], stream);
+        for (int i = 0; i < num_phases; ++i) equal -= want[i] != bits[i];
       }
       std::printf(
           "persistent (W8A8 ring %s): %d of %d phases equal the barrier ring's bit for "
@@ -413,11 +412,9 @@ int main(int argc, char** argv) {
     auto* device_trace = static_cast<unsigned long long*>(DeviceBytes(trace.size() * 8));
     CHECK_CUDA(cudaMemset(device_trace, 0, trace.size() * 8));
     persistent(false, true, false, true, shape)(0, stream);
-    CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, stream));
-    CHECK_CUDA(cudaMemsetAsync(ready, 0, ready_bytes, stream));
     auto traced = args_of(false, true, false, true, shape);
     traced.trace = device_trace;
-    CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(traced, 12288, stream));
+    launch(traced, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     CHECK_CUDA(cudaMemcpy(trace.data(), device_trace, trace.size() * 8, cudaMemcpyDeviceToHost));
     int khz = 0;

@@ -1,6 +1,6 @@
 // What the persistent benchmark kernels share (persistent_step.cu, persistent_ring.cu,
-// persistent_ring_w8a8.cu): the grid barrier, the latency phase, the GEMV's 16-code partial and
-// the cooperative launch over every resident CTA.
+// persistent_ring_w8a8.cu): the grid counters and barrier, the latency phase, the GEMV's 16-code
+// partial and the cooperative launch over every resident CTA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,6 +25,18 @@ __device__ __forceinline__ void CtaSync() {
   }
 }
 
+// A counter shared across the grid: one added with release semantics (this thread's writes, and
+// those ordered before it by a CTA barrier, visible to whoever acquires the count), and read
+// with acquire semantics.
+__device__ __forceinline__ void RedRelease(unsigned* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+__device__ __forceinline__ unsigned LoadAcquire(const unsigned* counter) {
+  unsigned v = 0;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
+
 // All CTAs of the grid have arrived `target` times in total (each arrives once per barrier; the
 // counter only grows, zeroed before the launch). kThreads: as CtaSync's, thread 0 among them.
 // backoff_ns: a pause between polls (fewer loads on the counter's line), 0 none.
@@ -33,13 +45,12 @@ __device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target,
                                             unsigned backoff_ns = 0) {
   CtaSync<kThreads>();
   if (threadIdx.x == 0) {
-    // A release reduction: the CTA's writes, ordered before it by the CTA barrier above, are
-    // visible to whoever acquires the count (CUTLASS's GenericBarrier arrives the same way);
-    // cheaper than a full fence followed by an atomic that returns.
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    // Arrive by a release reduction (CUTLASS's GenericBarrier does the same): cheaper than a
+    // full fence followed by an atomic that returns.
+    RedRelease(counter);
     unsigned seen = 0;
     do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      seen = LoadAcquire(counter);
       if (seen < target && backoff_ns > 0) __nanosleep(backoff_ns);
     } while (seen < target);
   }
@@ -83,9 +94,7 @@ cudaError_t LaunchOnEveryResidentCta(const PersistentStepArgs& args, int threads
     return err;
   }
   int per_sm = 0;
-  if (const cudaError_t err =
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-      err != cudaSuccess) {
+  if (const cudaError_t err = ResidentPerSm<kernel>(threads, smem, &per_sm); err != cudaSuccess) {
     return err;
   }
   if (per_sm < 1) return cudaErrorInvalidConfiguration;

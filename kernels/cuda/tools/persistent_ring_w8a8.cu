@@ -120,16 +120,6 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
   }
 }
 
-// The dataflow form's counters: a tile counted in (release: its rows before), and read.
-__device__ __forceinline__ void RedRelease(unsigned* counter) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-}
-__device__ __forceinline__ unsigned LoadAcquire(const unsigned* counter) {
-  unsigned v = 0;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
-  return v;
-}
-
 // The bulk-copy (TMA) form's completion: a stage's mbarrier counts the bytes of its rows.
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -194,11 +184,18 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
   extern __shared__ uint4 smem[];
   auto* x_codes = reinterpret_cast<uint8_t*>(smem);
   auto* x_scales = reinterpret_cast<float*>(x_codes + kMaxK);
-  uint8_t* ring = x_codes + kMaxK + (kMaxK / kGroup) * 4;
+  uint8_t* ring = x_codes + kXBytes;
   __shared__ float partial[kWarps][kTileRows];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, q = lane % 4;
 
+  // Chunk c's first byte in PackRingTiles' layout (ring_tiled): the chunk lies whole.
+  const auto packed_chunk = [&](const Cursor& c) {
+    const StreamPhase& p = s.phases[c.phase];
+    const int64_t chunk =
+        int64_t{TileIndex(p.n, c.tile, s.ring_dataflow)} * (p.k / kChunkCols) + c.col;
+    return p.w + chunk * (kTileRows * kChunkCols);
+  };
   const auto copy = [&](const Cursor& c, int h) {
     const StreamPhase& p = s.phases[c.phase];
     const int row0 = TileIndex(p.n, c.tile, s.ring_dataflow) * kTileRows;
@@ -213,9 +210,8 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
       const int rows = min(kTileRows, p.n - row0);
       MbarrierExpectBytes(&full[h], static_cast<uint32_t>(rows * cols + scale_cols * 4));
       BulkCopy(stage, scale_row, scale_cols * 4, &full[h]);
-      if (s.ring_tiled) {  // the chunk lies whole, swizzled, in PackRingTiles' layout
-        const int64_t chunk = int64_t{row0 / kTileRows} * (p.k / kChunkCols) + c.col;
-        BulkCopy(dst, p.w + chunk * (kTileRows * kChunkCols), kTileRows * kChunkCols, &full[h]);
+      if (s.ring_tiled) {
+        BulkCopy(dst, packed_chunk(c), kTileRows * kChunkCols, &full[h]);
         return;
       }
       for (int r = 0; r < rows; ++r) {
@@ -267,10 +263,7 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
       // is copied, so HBM keeps streaming while a full ring waits on a barrier.
       Cursor l2 = ahead;
       const auto prefetch_l2 = [&] {
-        const StreamPhase& p = s.phases[l2.phase];
-        const int64_t chunk =
-            int64_t{TileIndex(p.n, l2.tile, s.ring_dataflow)} * (p.k / kChunkCols) + l2.col;
-        BulkPrefetchL2(p.w + chunk * (kTileRows * kChunkCols), kTileRows * kChunkCols);
+        BulkPrefetchL2(packed_chunk(l2), kTileRows * kChunkCols);
         l2 = next_of(l2);
       };
       const int l2_ahead = s.ring_tiled ? s.ring_l2_ahead : 0;
