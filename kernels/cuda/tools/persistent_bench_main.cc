@@ -13,8 +13,7 @@
 //                               [--ring-shapes 5x2048,...]  (W8A8 ring stages x chunk inputs;
 //                               suffix t: TMA bulk copies; n: no arithmetic, timing only;
 //                               p: weights packed, one bulk copy per chunk; w: a producer warp;
-//                               +N after pw: N chunks further ahead into L2; f: dataflow, no
-//                               barrier between matmuls)
+//                               +N after pw: N chunks further ahead into L2)
 //                               [--trace-shapes 6x2048pw,...]  (barrier timestamps, one launch)
 #include <cuda_runtime_api.h>
 
@@ -116,10 +115,6 @@ int main(int argc, char** argv) {
                  "W8A8 ring shapes, stages x inputs per chunk (persistent_step.h lists them)")
       ->delimiter(',')
       ->capture_default_str();
-  unsigned backoff_ns = 0;
-  app.add_option("--barrier-backoff-ns", backoff_ns,
-                 "the W8A8 ring's pause between polls of the grid barrier")
-      ->capture_default_str();
   app.add_option("--trace-shapes", trace_shapes,
                  "ring shapes (of --ring-shapes) whose barriers to trace in one launch")
       ->delimiter(',');
@@ -207,13 +202,11 @@ int main(int argc, char** argv) {
     bool tiled = false;     // suffix "p": weights packed by PackRingTiles, a bulk copy a chunk
     bool producer = false;  // suffix "w": a producer warp issues the copies
     int l2_ahead = 0;       // suffix "+N" (after w): N chunks further ahead into L2
-    bool dataflow = false;  // suffix "f": no barrier between matmuls (ready counters)
     std::string Label() const {
       char text[96];
       std::snprintf(text, sizeof(text), "%dx%d%s%s%s%s", stages, cols, bulk ? " TMA" : "",
                     tiled ? " tiled" : "", producer ? " producer" : "", no_math ? " no math" : "");
       std::string label = text;
-      if (dataflow) label += " dataflow";
       if (l2_ahead > 0) label += " L2+" + std::to_string(l2_ahead);
       return label;
     }
@@ -228,8 +221,8 @@ int main(int argc, char** argv) {
       r.l2_ahead = std::atoi(flags.c_str() + plus + 1);
       flags.resize(plus);
     }
-    if (got < 2 || flags.find_first_not_of("tnpwf") != std::string::npos) {
-      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w][f][+N]\n",
+    if (got < 2 || flags.find_first_not_of("tnpw") != std::string::npos) {
+      std::fprintf(stderr, "--ring-shapes: '%s' is not STAGESxCOLS[t][n][p][w][+N]\n",
                    text.c_str());
       return 2;
     }
@@ -237,9 +230,6 @@ int main(int argc, char** argv) {
     r.no_math = flags.find('n') != std::string::npos;
     r.tiled = flags.find('p') != std::string::npos;
     r.producer = flags.find('w') != std::string::npos;
-    r.dataflow = flags.find('f') != std::string::npos;
-    r.tiled = r.tiled || r.dataflow;
-    r.producer = r.producer || r.dataflow;
     r.bulk = r.bulk || r.tiled || r.producer;
     shapes.push_back(r);
   }
@@ -265,10 +255,6 @@ int main(int argc, char** argv) {
     tiled_phases[shape.cols] = device;
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  // The ready counters of the dataflow form (zeroed before each of its launches).
-  const size_t ready_bytes = static_cast<size_t>(num_phases) *
-                             xserv::kernels::cuda::bench::PersistentStepArgs::kMaxReadyGroups * 4;
-  auto* ready = static_cast<unsigned*>(DeviceBytes(ready_bytes));
   const auto args_of = [&](bool prefetch, bool barriers, bool ring, bool w8a8,
                            const RingShape& shape) {
     return xserv::kernels::cuda::bench::PersistentStepArgs{
@@ -285,16 +271,12 @@ int main(int argc, char** argv) {
         .ring_no_math = shape.no_math,
         .ring_tiled = shape.tiled,
         .ring_producer_warp = shape.producer,
-        .ring_l2_ahead = shape.l2_ahead,
-        .barrier_backoff_ns = backoff_ns,
-        .ring_dataflow = shape.dataflow,
-        .ready = ready};
+        .ring_l2_ahead = shape.l2_ahead};
   };
-  // One launch: its counters zeroed first.
+  // One launch: its barrier counter zeroed first.
   const auto launch = [&](const xserv::kernels::cuda::bench::PersistentStepArgs& a,
                           cudaStream_t s) {
     CHECK_CUDA(cudaMemsetAsync(barrier, 0, 4, s));
-    if (a.ring_dataflow) CHECK_CUDA(cudaMemsetAsync(ready, 0, ready_bytes, s));
     CHECK_CUDA(xserv::kernels::cuda::bench::LaunchPersistentStep(a, 12288, s));
   };
   const auto persistent = [&](bool prefetch, bool barriers = true, bool ring = false,
@@ -336,7 +318,7 @@ int main(int argc, char** argv) {
     }
     Poison(phases[1], stream);
     persistent(false, true, false, true, shape)(0, stream);
-    std::vector<std::vector<uint16_t>> bits = OutputBits(phases[1], stream);
+    const std::vector<std::vector<uint16_t>> bits = OutputBits(phases[1], stream);
     const std::vector<float> got = FloatsOf(bits[0]);
     double worst = 0, scale = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -352,30 +334,7 @@ int main(int argc, char** argv) {
         "persistent (W8A8 ring %s): phase 0 within %.4f of the GEMV's (relative to "
         "its largest output); %d of %d phases written and finite\n",
         shape.Label().c_str(), worst / scale, finite, num_phases);
-    bool same = true;
-    if (shape.dataflow) {  // the same tiles' arithmetic as with barriers: every phase's bits,
-                           // in five launches
-      RingShape with_barriers = shape;
-      with_barriers.dataflow = false;
-      Poison(phases[1], stream);
-      persistent(false, true, false, true, with_barriers)(0, stream);
-      const std::vector<std::vector<uint16_t>> want = OutputBits(phases[1], stream);
-      // The first dataflow launch, then four more (a rare race would show in one of them).
-      int equal = 0;
-      for (int i = 0; i < num_phases; ++i) equal += want[i] == bits[i];
-      for (int again = 0; again < 4 && equal == num_phases; ++again) {
-        Poison(phases[1], stream);
-        persistent(false, true, false, true, shape)(0, stream);
-        bits = OutputBits(phases[1], stream);
-        for (int i = 0; i < num_phases; ++i) equal -= want[i] != bits[i];
-      }
-      std::printf(
-          "persistent (W8A8 ring %s): %d of %d phases equal the barrier ring's bit for "
-          "bit (less one per phase that differed in a later launch)\n",
-          shape.Label().c_str(), equal, num_phases);
-      same = equal == num_phases;
-    }
-    if (worst / scale <= 0.05 && finite == num_phases && same) checked.push_back(shape);
+    if (worst / scale <= 0.05 && finite == num_phases) checked.push_back(shape);
   }
   using xserv::kernels::cuda::bench::TimeGraphOfCalls;
   const double us_separate = TimeGraphOfCalls(separate, 1, repeats, stream);
@@ -391,7 +350,6 @@ int main(int argc, char** argv) {
       {"persistent, shared-memory ring (1 CTA/SM)", us_ring}};
   for (const RingShape& shape : checked) {
     for (const bool barriers : {true, false}) {
-      if (shape.dataflow && !barriers) continue;  // it waits on its counters regardless
       const std::string name =
           "persistent, W8A8 ring " + shape.Label() + (barriers ? "" : ", no barriers");
       rows.emplace_back(name, TimeGraphOfCalls(persistent(false, barriers, false, true, shape), 1,

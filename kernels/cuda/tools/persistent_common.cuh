@@ -39,10 +39,8 @@ __device__ __forceinline__ unsigned LoadAcquire(const unsigned* counter) {
 
 // All CTAs of the grid have arrived `target` times in total (each arrives once per barrier; the
 // counter only grows, zeroed before the launch). kThreads: as CtaSync's, thread 0 among them.
-// backoff_ns: a pause between polls (fewer loads on the counter's line), 0 none.
 template <int kThreads = 0>
-__device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target,
-                                            unsigned backoff_ns = 0) {
+__device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target) {
   CtaSync<kThreads>();
   if (threadIdx.x == 0) {
     // Arrive by a release reduction (CUTLASS's GenericBarrier does the same): cheaper than a
@@ -51,7 +49,6 @@ __device__ __forceinline__ void GridBarrier(unsigned* counter, unsigned target,
     unsigned seen = 0;
     do {
       seen = LoadAcquire(counter);
-      if (seen < target && backoff_ns > 0) __nanosleep(backoff_ns);
     } while (seen < target);
   }
   CtaSync<kThreads>();

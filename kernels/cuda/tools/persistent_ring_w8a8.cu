@@ -37,8 +37,6 @@ constexpr int kMaxK = 12288;
 constexpr int kPad = 64;  // rows g and g + 1 a half line apart: no bank conflict
 constexpr int kXBytes = kMaxK + (kMaxK / kGroup) * 4;  // x's codes and scales
 constexpr int kMaxSmem = 227 * 1024;
-constexpr int kMaxGroups = PersistentStepArgs::kMaxReadyGroups;  // per phase
-constexpr int kTilesPerGroup = kGroup / kTileRows;
 // The ring of kStages chunks of kChunkCols inputs (kStages - 1 in flight while one computes).
 // A stage: its tile's row of weight block scales (copied with the rows, so that no global load
 // waits in a chunk's arithmetic), then the tile's rows.
@@ -58,32 +56,24 @@ __device__ __forceinline__ int TilesPerCta(int n) {
   const int tiles = (n + kTileRows - 1) / kTileRows;
   return (tiles + gridDim.x - 1) / gridDim.x;
 }
-// This CTA's tiles of a phase: contiguous [first, first + count), or, interleaved (the dataflow
-// form), blockIdx.x, blockIdx.x + gridDim.x, ...: the grid writes the outputs' first rows
-// first, which the next phase reads first. Its j-th tile's index:
-__device__ __forceinline__ int TileIndex(int n, int j, bool interleaved) {
-  if (interleaved) return static_cast<int>(blockIdx.x + j * gridDim.x);
+// This CTA's tiles of a phase: contiguous, [first, first + count). Its j-th tile's index:
+__device__ __forceinline__ int TileIndex(int n, int j) {
   const int tiles = (n + kTileRows - 1) / kTileRows;
   return min(tiles, static_cast<int>(blockIdx.x) * TilesPerCta(n)) + j;
 }
-__device__ __forceinline__ int TileCount(int n, bool interleaved) {
+__device__ __forceinline__ int TileCount(int n) {
   const int tiles = (n + kTileRows - 1) / kTileRows;
-  if (interleaved) {
-    const int b = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
-    return b < tiles ? (tiles - b + g - 1) / g : 0;
-  }
-  const int first = TileIndex(n, 0, false);
+  const int first = TileIndex(n, 0);
   return min(tiles, first + TilesPerCta(n)) - first;
 }
-__device__ __forceinline__ bool Streams(const StreamPhase& p, bool interleaved) {
-  return p.w != nullptr && TileCount(p.n, interleaved) > 0;
+__device__ __forceinline__ bool Streams(const StreamPhase& p) {
+  return p.w != nullptr && TileCount(p.n) > 0;
 }
 
 // x (bf16 [k]) to E4M3 codes and a scale per 128 inputs, as QuantizeFp8Rows: 16 lanes of 8.
-// `fresh` non-null: only the groups of 128 it marks. x is read from L2 (__ldcg): other SMs
-// wrote it in this launch, and an L1 line from before would be stale.
-__device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, float* scales,
-                                          const uint8_t* fresh = nullptr) {
+// x is read from L2 (__ldcg): other SMs wrote it in this launch, and an L1 line from before
+// would be stale.
+__device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, float* scales) {
   // All of a thread's loads first (k up to 12,288: 3 per thread): one L2 round trip, not one
   // per pass, on the path from the barrier to the phase's first MMA.
   constexpr int kPasses = kMaxK / 8 / kThreads;
@@ -93,8 +83,7 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int c = threadIdx.x + pass * kThreads;
-    const bool wanted = c < chunks && (fresh == nullptr || fresh[c / 16] != 0);
-    raw[pass] = wanted ? __ldcg(x + c) : make_uint4(0, 0, 0, 0);
+    raw[pass] = c < chunks ? __ldcg(x + c) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
@@ -107,7 +96,7 @@ __device__ __forceinline__ void QuantizeX(const StreamPhase& p, uint8_t* codes, 
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
     for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-    if (c >= chunks || (fresh != nullptr && fresh[c / 16] == 0)) continue;
+    if (c >= chunks) continue;
     const float scale = Fp8ScaleOf(amax);
     uint2 packed = make_uint2(0, 0);
 #pragma unroll
@@ -192,13 +181,12 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
   // Chunk c's first byte in PackRingTiles' layout (ring_tiled): the chunk lies whole.
   const auto packed_chunk = [&](const Cursor& c) {
     const StreamPhase& p = s.phases[c.phase];
-    const int64_t chunk =
-        int64_t{TileIndex(p.n, c.tile, s.ring_dataflow)} * (p.k / kChunkCols) + c.col;
+    const int64_t chunk = int64_t{TileIndex(p.n, c.tile)} * (p.k / kChunkCols) + c.col;
     return p.w + chunk * (kTileRows * kChunkCols);
   };
   const auto copy = [&](const Cursor& c, int h) {
     const StreamPhase& p = s.phases[c.phase];
-    const int row0 = TileIndex(p.n, c.tile, s.ring_dataflow) * kTileRows;
+    const int row0 = TileIndex(p.n, c.tile) * kTileRows;
     const int col0 = c.col * kChunkCols;
     const int cols = min(kChunkCols, p.k - col0), vecs_per_row = cols / 16;
     const int scale_cols = (p.k + kGroup - 1) / kGroup;  // a multiple of 4 (k % 512 == 0)
@@ -234,10 +222,10 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     const StreamPhase& p = s.phases[c.phase];
     if (++c.col < col_chunks(p.k)) return c;
     c.col = 0;
-    if (++c.tile < TileCount(p.n, s.ring_dataflow)) return c;
+    if (++c.tile < TileCount(p.n)) return c;
     c.tile = 0;
     ++c.phase;
-    while (c.phase < s.num_phases && !Streams(s.phases[c.phase], s.ring_dataflow)) ++c.phase;
+    while (c.phase < s.num_phases && !Streams(s.phases[c.phase])) ++c.phase;
     return c;
   };
 
@@ -253,9 +241,7 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     __syncthreads();
   }
   Cursor ahead;
-  while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase], s.ring_dataflow)) {
-    ++ahead.phase;
-  }
+  while (ahead.phase < s.num_phases && !Streams(s.phases[ahead.phase])) ++ahead.phase;
   if constexpr (kProducer) {
     if (threadIdx.x >= kThreads) {  // the producer warp: chunk j into stage j % kStages
       if (threadIdx.x > kThreads) return;
@@ -287,63 +273,27 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
     if constexpr (!kBulk) CpAsyncCommit();
   }
   int cur = 0;
-  uint32_t parity = 0;    // kBulk: of stage cur's mbarrier (flips as cur wraps)
-  unsigned barriers = 0;  // grid barriers passed (the dataflow form skips some)
-  __shared__ uint8_t x_done[kMaxK / kGroup], x_fresh[kMaxK / kGroup];  // the dataflow form's
+  uint32_t parity = 0;  // kBulk: of stage cur's mbarrier (flips as cur wraps)
   for (int i = 0; i < s.num_phases; ++i) {
     const StreamPhase p = s.phases[i];
     unsigned long long* const trace =
         s.trace != nullptr && threadIdx.x == 0
             ? s.trace + (int64_t{i} * gridDim.x + blockIdx.x) * kTraceFields
             : nullptr;
-    // The dataflow form: a matmul after a matmul waits for no barrier; its x's groups of 128
-    // are taken as the previous phase's tiles are counted in (EnsureX).
-    const bool flow = s.ring_dataflow && i > 0 && p.w != nullptr && s.phases[i - 1].w != nullptr &&
-                      p.x == s.phases[i - 1].out && p.k <= s.phases[i - 1].n;
     if (trace != nullptr) Stamp(trace, kArriveNs, kArriveCycles);
-    if (i > 0 && s.barriers && !flow) {
-      GridBarrier<kSync>(s.barrier, ++barriers * gridDim.x, s.barrier_backoff_ns);
-    }
+    if (i > 0 && s.barriers) GridBarrier<kSync>(s.barrier, static_cast<unsigned>(i) * gridDim.x);
     if (trace != nullptr) Stamp(trace, kReleaseNs, kReleaseCycles);
     if (p.w == nullptr) {
       RunLatencyPhase<kThreads>(p);
       continue;
     }
-    const int tile_count = TileCount(p.n, s.ring_dataflow);
+    const int tile_count = TileCount(p.n);
     if (tile_count == 0) continue;
-    if (flow) {
-      if (threadIdx.x < kMaxK / kGroup) x_done[threadIdx.x] = 0;
-    } else {
-      QuantizeX(p, x_codes, x_scales);
-    }
+    QuantizeX(p, x_codes, x_scales);
     CtaSync<kSync>();  // x's codes before any warp's first step (the bulk form's wait is no sync)
     if (trace != nullptr) Stamp(trace, kReadyNs, kReadyCycles);
-    // x's groups [g0, g1) quantised into shared memory: poll every group not yet taken, take
-    // the ones whose 8 tiles the previous phase has counted, until [g0, g1) are all there.
-    const auto ensure_x = [&](int g0, int g1) {
-      const unsigned* ready = s.ready + static_cast<int64_t>(i - 1) * kMaxGroups;
-      const int groups = p.k / kGroup;
-      const int prev_tiles = (s.phases[i - 1].n + kTileRows - 1) / kTileRows;
-      while (true) {
-        bool have = true;
-        for (int grp = g0; grp < g1; ++grp) have = have && x_done[grp] != 0;
-        if (have) return;
-        if (threadIdx.x < groups) {
-          const int grp0 = static_cast<int>(threadIdx.x);  // its tiles: the last group's fewer
-          x_fresh[threadIdx.x] =
-              x_done[threadIdx.x] == 0 &&
-              LoadAcquire(ready + threadIdx.x) >=
-                  static_cast<unsigned>(min(kTilesPerGroup, prev_tiles - kTilesPerGroup * grp0));
-        }
-        CtaSync<kSync>();  // the acquires before every thread's loads of x
-        QuantizeX(p, x_codes, x_scales, x_fresh);
-        CtaSync<kSync>();
-        if (threadIdx.x < groups && x_fresh[threadIdx.x] != 0) x_done[threadIdx.x] = 1;
-        CtaSync<kSync>();
-      }
-    };
     for (int t = 0; t < tile_count; ++t) {
-      const int row0 = TileIndex(p.n, t, s.ring_dataflow) * kTileRows;
+      const int row0 = TileIndex(p.n, t) * kTileRows;
       float acc[4] = {};
       for (int col = 0; col < col_chunks(p.k); ++col) {
         if (ahead.phase < s.num_phases) {  // into the stage freed by the previous chunk
@@ -358,7 +308,6 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
           __syncthreads();
         }
         const int col0 = col * kChunkCols, cols = min(kChunkCols, p.k - col0);
-        if (flow && t == 0) ensure_x(col0 / kGroup, (col0 + cols) / kGroup);  // then all of x
         const auto* w_scales = reinterpret_cast<const float*>(ring + cur * kStageBytes);
         const uint8_t* buf = ring + cur * kStageBytes + kScaleRowBytes;
         // Rows g and g + 8 at 16-byte unit u: padded rows, or PackRingTiles' swizzle.
@@ -401,9 +350,6 @@ __global__ void __launch_bounds__(kThreads + (kProducer ? kWarpSize : 0), 1)
         static_cast<__nv_bfloat16*>(p.out)[row0 + threadIdx.x] = __float2bfloat16_rn(sum);
       }
       CtaSync<kSync>();  // partial is the next tile's
-      if (s.ring_dataflow && threadIdx.x == 0 && row0 / kGroup < kMaxGroups) {  // after the sync
-        RedRelease(s.ready + static_cast<int64_t>(i) * kMaxGroups + row0 / kGroup);
-      }
     }
   }
   if constexpr (!kBulk) CpAsyncWait<0>();
@@ -442,8 +388,7 @@ cudaError_t LaunchRing(const PersistentStepArgs& args, cudaStream_t stream) {
 
 cudaError_t LaunchPersistentRingW8A8(const PersistentStepArgs& args, int max_k,
                                      cudaStream_t stream) {
-  if (max_k > kMaxK || ((args.ring_tiled || args.ring_producer_warp) && !args.ring_bulk) ||
-      (args.ring_dataflow && (!args.ring_producer_warp || args.ready == nullptr))) {
+  if (max_k > kMaxK || ((args.ring_tiled || args.ring_producer_warp) && !args.ring_bulk)) {
     return cudaErrorInvalidValue;
   }
   // The ring shapes the bench sweeps (persistent_step.h lists them).

@@ -25,8 +25,7 @@ struct StreamPhase {
 };
 
 struct PersistentStepArgs {
-  static constexpr int kMaxReadyGroups = 24576 / 128;  // outputs of a phase, in groups of 128
-  const StreamPhase* phases = nullptr;                 // device memory, num_phases of them
+  const StreamPhase* phases = nullptr;  // device memory, num_phases of them
   int num_phases = 0;
   unsigned* barrier = nullptr;  // zeroed before each launch (the barriers count up from it)
   bool prefetch = true;         // the next phase's first batch of loads before each barrier
@@ -58,14 +57,6 @@ struct PersistentStepArgs {
   // ... and, with ring_tiled, the producer asks this many chunks further ahead into L2
   // (cp.async.bulk.prefetch), so that HBM streams on while a full ring waits.
   int ring_l2_ahead = 0;
-  // The W8A8 ring's grid barrier pauses this long between polls of its counter (0: none).
-  unsigned barrier_backoff_ns = 0;
-  // The W8A8 ring as dataflow (with ring_producer_warp): a CTA's tiles interleaved across the
-  // grid, each tile counted into ready[phase][its group of 128 outputs] as written, and a matmul
-  // after a matmul taking its x group by group as the counts reach 8 tiles, with no grid
-  // barrier. ready: num_phases x kMaxReadyGroups, zeroed before each launch.
-  bool ring_dataflow = false;
-  unsigned* ready = nullptr;
   // Non-null (the W8A8 ring only): per phase and CTA, kTraceFields timestamps of its thread 0
   // (PhaseTrace), to tell a barrier's wait for the slowest CTA from its propagation.
   unsigned long long* trace = nullptr;
