@@ -58,6 +58,7 @@ struct WorkerFlags {
   int64_t peer_one_shot_max_bytes = 2 << 20;  // two H200s: one-shot beat two-shot at every size
   KernelChoices kernels;
   bool fp8_matmuls = false;
+  bool fp8_lm_head = false;
   bool pp_nccl = true;
   double step_timeout_s = -1;
   bool pp_overlap = true;
@@ -468,6 +469,7 @@ int Run(const WorkerFlags& f) {
                                                             f.quantization == "fp8" ? 128 : 0,
                                                         .fp8_matmuls = f.backend == "cuda" &&
                                                                        f.fp8_matmuls,
+                                                        .fp8_lm_head = f.fp8_lm_head,
                                                         .on_progress = [&](uint64_t loaded,
                                                                            uint64_t total) {
                                                           service.SetLoadProgress(loaded, total);
@@ -654,6 +656,11 @@ int main(int argc, char** argv) {
                  "cuda, experimental: keep FP8 weights (an FP8 checkpoint or --quantization fp8) "
                  "as FP8 and multiply them directly (W8A16: half the weight bytes at <= 8 rows, "
                  "more traffic above); false decodes them to bf16 at load")
+      ->capture_default_str();
+  app.add_option("--fp8-lm-head", f.fp8_lm_head,
+                 "quantise the lm_head to FP8 E4M3 too (128x128 blocks, on load; an FP8 "
+                 "checkpoint's is bf16), kept FP8 with --fp8-matmuls: half the bytes of the step's "
+                 "largest weight; logits move by FP8's rounding (docs/quantization.md)")
       ->capture_default_str();
   AddKernelChoiceFlags(app, f.kernels);
   app.add_option("--pp-cuda-graphs", f.pp_cuda_graphs,

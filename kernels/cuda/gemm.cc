@@ -567,7 +567,7 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
                                                  "algorithm for m=", c.m, " n=", c.n, " k=",
                                                  c.k));
   };
-  const Fp8Key key{c.m, c.n, c.k, c.ldo, Alignment(c.out), c.w_row_scales};
+  const Fp8Key key{c.m, c.n, c.k, c.ldo, Alignment(c.out), c.w_row_scales, c.out_f32};
   auto it = fp8_plans_.find(key);
   const bool fresh = it == fp8_plans_.end();
   if (fresh) {
@@ -593,7 +593,8 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
     RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->x_layout, CUDA_R_8F_E4M3,
                                                   static_cast<uint64_t>(c.k),
                                                   static_cast<uint64_t>(c.m), c.k));
-    RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->out_layout, CUDA_R_16BF,
+    RETURN_IF_LT_ERROR(cublasLtMatrixLayoutCreate(&plan->out_layout,
+                                                  c.out_f32 ? CUDA_R_32F : CUDA_R_16BF,
                                                   static_cast<uint64_t>(c.n),
                                                   static_cast<uint64_t>(c.m), c.ldo));
     it = fp8_plans_.emplace(key, std::move(plan)).first;
@@ -640,7 +641,8 @@ absl::Status GemmRunner::RunFp8(const Fp8GemmCall& c, cudaStream_t stream) {
 }
 
 bool GemmRunner::Fp8Refused(const Fp8GemmCall& c) const {
-  const auto it = fp8_plans_.find(Fp8Key{c.m, c.n, c.k, c.ldo, Alignment(c.out), c.w_row_scales});
+  const auto it =
+      fp8_plans_.find(Fp8Key{c.m, c.n, c.k, c.ldo, Alignment(c.out), c.w_row_scales, c.out_f32});
   return it != fp8_plans_.end() && it->second == nullptr;
 }
 

@@ -67,8 +67,9 @@ struct Fp8GemmCall {
   bool w_row_scales = false;
   const void* x = nullptr;
   const float* x_scales = nullptr;
-  void* out = nullptr;  // bf16, row stride ldo
+  void* out = nullptr;  // bf16 (f32 with out_f32: logits), row stride ldo
   int64_t ldo = 0;
+  bool out_f32 = false;
   int64_t m = 0, n = 0, k = 0;
 };
 
@@ -181,7 +182,7 @@ class GemmRunner {
   std::map<Key, cublasLtMatmulAlgo_t> tuned_algos_;  // autotune: by key with m's bucket
   // RunFp8's plans by (m, n, k, ldo, output alignment, w_row_scales); null: cuBLASLt refused
   // the shape.
-  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool>;
+  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
   std::map<Fp8Key, std::unique_ptr<Plan>> fp8_plans_;
 };
 

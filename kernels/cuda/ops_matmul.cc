@@ -106,11 +106,13 @@ absl::Status CheckFp8Matmul(const char* op, const Tensor& x, const Fp8Weight& w,
 }
 
 // Whether MatmulFp8 runs `call` as W8A8 when it has more rows than the GEMV takes: 128-blocks,
-// k / 128 a multiple of 4, n of 16, a bf16 output (fp8_w8a8, not batch-invariant).
+// k / 128 a multiple of 4, n of 16, a bf16 or f32 output (an FP8 lm_head's logits) with 16-byte
+// aligned rows (fp8_w8a8, not batch-invariant).
 bool TakesW8A8(const CudaBackendOptions& options, const GemmCall& call, const Fp8Weight& w) {
+  const bool out_type = call.out_type == ElemType::kBF16 || call.out_type == ElemType::kF32;
+  const int64_t row_align = call.out_type == ElemType::kF32 ? 4 : 8;
   return options.fp8_w8a8 && !options.batch_invariant && w.block == 128 && call.k % 128 == 0 &&
-         (call.k / 128) % 4 == 0 && call.n % 16 == 0 && call.out_type == ElemType::kBF16 &&
-         call.ldo % 8 == 0;
+         (call.k / 128) % 4 == 0 && call.n % 16 == 0 && out_type && call.ldo % row_align == 0;
 }
 
 // Whether the byte ranges of two row-major rank-2 tensors intersect.
@@ -363,7 +365,9 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
   const int64_t scale_floats = (k / 128) * m_pad;
   RETURN_IF_ERROR(Reserve(fp8_act_, static_cast<size_t>(m_pad * k)));
   RETURN_IF_ERROR(Reserve(fp8_act_scales_, static_cast<size_t>(scale_floats) * sizeof(float)));
-  if (m_pad != m) RETURN_IF_ERROR(Reserve(fp8_out_, static_cast<size_t>(m_pad * n) * 2));
+  const bool out_f32 = call.out_type == ElemType::kF32;
+  const auto out_elem = static_cast<size_t>(out_f32 ? 4 : 2);
+  if (m_pad != m) RETURN_IF_ERROR(Reserve(fp8_out_, static_cast<size_t>(m_pad * n) * out_elem));
   auto* codes = static_cast<uint8_t*>(fp8_act_.view().data);
   auto* scales = static_cast<float*>(fp8_act_scales_.view().data);
   Fp8GemmCall gemm{.w = w.codes.data,
@@ -372,6 +376,7 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
                    .x_scales = scales,
                    .out = m_pad != m ? fp8_out_.view().data : call.out,
                    .ldo = m_pad != m ? n : call.ldo,
+                   .out_f32 = out_f32,
                    .m = m_pad,
                    .n = n,
                    .k = k};
@@ -414,12 +419,13 @@ absl::Status CudaBackend::MatmulW8A8(const GemmCall& call, const Fp8Weight& w,
   }
   RETURN_IF_ERROR(ran);
   if (gemm.out != call.out) {
-    RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(call.out, static_cast<size_t>(call.ldo) * 2, gemm.out,
-                                           static_cast<size_t>(n) * 2, static_cast<size_t>(n) * 2,
+    const size_t row_bytes = static_cast<size_t>(n) * out_elem;
+    RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(call.out, static_cast<size_t>(call.ldo) * out_elem,
+                                           gemm.out, row_bytes, row_bytes,
                                            static_cast<size_t>(m), cudaMemcpyDeviceToDevice,
                                            stream_));
   }
-  // After the GEMM's bf16 rounding (the epilogue bias of the bf16 path rounds once; cuBLASLt's
+  // After the GEMM's output rounding (the epilogue bias of the bf16 path rounds once; cuBLASLt's
   // FP8 block scaling is not asked for a bias epilogue here).
   if (call.bias != nullptr) {
     const RowsView rows{call.out, m, n, call.ldo};

@@ -290,7 +290,8 @@ TEST_F(CudaOps, MatmulWithAutotuneMatchesCpu) {
 // activation error; row counts not a multiple of 4 (padded inside), with and without a bias;
 // with the heuristic's first algorithm, with the timed one (gemm_autotune), and with the weight
 // scales once per row (fp8_w8a8_row_scales_rows: cuBLASLt's VEC128 mode for the weight; a
-// wrong layout of those reads other blocks' scales, which differ here by powers of two).
+// wrong layout of those reads other blocks' scales, which differ here by powers of two); and
+// with an f32 output, as an FP8 lm_head writes its logits.
 TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
   auto w8a8 = CudaBackend::Create(
       CudaBackendOptions{.device = 0, .check_each_op = true, .fp8_w8a8 = true});
@@ -385,6 +386,16 @@ TEST_F(CudaOps, MatmulFp8W8A8MatchesItsHostEmulation) {
         }
       }
       EXPECT_LE(RelativeError(DownloadCuda(out.cuda), want), kBf16OutTol);
+      // An f32 output (an FP8 lm_head's logits): the same W8A8 GEMM without the bf16 rounding
+      // (the W8A16 fallback would be the activations' FP8 rounding away).
+      if (!with_bias) {
+        const Twin logits = Poisoned({s.m, s.n}, DType::kF32);
+        ASSERT_TRUE(cuda().Synchronize().ok());
+        const absl::Status f32 = backend->MatmulFp8(x.cuda, weight, nullptr, logits.cuda);
+        ASSERT_TRUE(f32.ok()) << f32;
+        ASSERT_TRUE(backend->Synchronize().ok());
+        EXPECT_LE(RelativeError(DownloadCuda(logits.cuda), want), kF32GemmTol) << "f32 output";
+      }
       // The W8A16 reference: only the activations' FP8 rounding (3 mantissa bits) apart.
       ASSERT_TRUE(cpu().MatmulFp8(x.cpu, {codes_cpu.view(), scales.cpu, 128},
                                   with_bias ? &bias.cpu : nullptr, out.cpu)

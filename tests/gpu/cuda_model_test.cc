@@ -44,15 +44,17 @@ constexpr double kSelfTol = 2e-2;
 class Runner {
  public:
   // pp_rank / pp_size: one stage of a pipeline (its layers only; Forward then takes `hidden`).
-  // fp8_block > 0: the linear weights quantised to FP8 on load and multiplied as FP8.
+  // fp8_block > 0: the linear weights quantised to FP8 on load and multiplied as FP8 (with
+  // fp8_lm_head the lm_head too).
   Runner(kernels::Backend& backend, const std::string& dir, int pp_rank = 0, int pp_size = 1,
-         int64_t fp8_block = 0)
+         int64_t fp8_block = 0, bool fp8_lm_head = false)
       : backend_(&backend) {
     auto model = LoadModel(dir, backend, ModelLoadOptions{.max_num_tokens = 256,
                                                           .pp_rank = pp_rank,
                                                           .pp_size = pp_size,
                                                           .quantize_fp8_block = fp8_block,
-                                                          .fp8_matmuls = fp8_block > 0});
+                                                          .fp8_matmuls = fp8_block > 0,
+                                                          .fp8_lm_head = fp8_lm_head});
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
     model_ = std::move(*model);
@@ -200,8 +202,10 @@ class CudaModel : public ::testing::TestWithParam<std::string> {
     cuda_ = std::move(*backend);
   }
   // Prefill logits of the golden inputs on `backend` against the CPU backend's (with fp8_block,
-  // both quantising the linear weights on load and multiplying them as FP8: Runner).
-  void PrefillMatchesCpu(kernels::Backend& backend, int64_t fp8_block = 0);
+  // both quantising the linear weights on load and multiplying them as FP8: Runner; with
+  // fp8_lm_head also the lm_head, and the last row alone, through the decode GEMV, as well).
+  void PrefillMatchesCpu(kernels::Backend& backend, int64_t fp8_block = 0,
+                         bool fp8_lm_head = false);
   // Decode steps of 1, 3 and 5 sequences replayed from graphs on `graph_backend` equal direct
   // steps on `direct_backend`, bit for bit (the backends must choose the same kernels).
   void GraphStepsEqualDirectSteps(kernels::Backend& direct_backend,
@@ -232,9 +236,19 @@ TEST_P(CudaModel, Fp8WeightsPrefillLogitsMatchCpu) {
   PrefillMatchesCpu(*cuda_, 128);
 }
 
-void CudaModel::PrefillMatchesCpu(kernels::Backend& backend, int64_t fp8_block) {
-  Runner gpu(backend, ModelDir(GetParam()), 0, 1, fp8_block);
-  Runner ref(cpu_, ModelDir(GetParam()), 0, 1, fp8_block);
+// --fp8-lm-head: the lm_head FP8 too, as the GEMM decoding it (all rows of a prefill) and as the
+// decode GEMV with f32 logits (its last row alone).
+TEST_P(CudaModel, Fp8LmHeadPrefillLogitsMatchCpu) {
+  if (GetParam() == "gpt2-tiny" || GetParam() == "qwen3-tiny-tied-bf16") {
+    GTEST_SKIP() << "the lm_head is tied to the embedding";
+  }
+  PrefillMatchesCpu(*cuda_, 128, /*fp8_lm_head=*/true);
+}
+
+void CudaModel::PrefillMatchesCpu(kernels::Backend& backend, int64_t fp8_block,
+                                  bool fp8_lm_head) {
+  Runner gpu(backend, ModelDir(GetParam()), 0, 1, fp8_block, fp8_lm_head);
+  Runner ref(cpu_, ModelDir(GetParam()), 0, 1, fp8_block, fp8_lm_head);
   ASSERT_TRUE(gpu.ok() && ref.ok());
   const Golden g = LoadGolden(ModelDir(GetParam()));
   ASSERT_FALSE(g.inputs.empty());
@@ -268,6 +282,14 @@ void CudaModel::PrefillMatchesCpu(kernels::Backend& backend, int64_t fp8_block) 
     RecordProperty("max_relative_error_input_" + std::to_string(i), std::to_string(worst));
     EXPECT_LE(worst, kModelTol) << "input " << i;
     EXPECT_EQ(agreed, checked) << "input " << i;
+    if (!fp8_lm_head) continue;
+    const std::vector<int32_t>& ids = g.inputs[i];
+    const std::vector<float> last = gpu.Step({SequenceChunk{
+        .tokens = ids, .block_table = gpu.NewTable(static_cast<int64_t>(ids.size())),
+        .logits = LogitsRows::kLast}});
+    ASSERT_EQ(last.size(), static_cast<size_t>(vocab));
+    EXPECT_LE(RowRelativeError(last.data(), &want[(ids.size() - 1) * vocab], vocab), kModelTol)
+        << "input " << i << ", last row";
   }
 }
 

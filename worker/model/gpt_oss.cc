@@ -179,7 +179,7 @@ class GptOssModel final : public Model {
       loader.Ignore("model.embed_tokens.weight");
     }
     if (pp_.last()) {
-      lm_head_ = TakeLmHead(loader, tp_, VocabShard::Of(c, tp_), "lm_head.weight", c);
+      lm_head_ = TakeLmHead(loader, backend, VocabShard::Of(c, tp_), "lm_head.weight", c);
       final_norm_ = loader.Take("model.norm.weight", {h});
     } else {
       loader.Ignore("lm_head.weight");
@@ -279,7 +279,7 @@ class GptOssModel final : public Model {
     if (!normed_ready) {
       RETURN_IF_ERROR(b.AddRmsNorm(block_out, residual, final_norm_.view(), eps, normed));
     }
-    return RunLmHead(b, normed, lm_head_.view(), VocabShard::Of(config(), tp_), tp_.comm, in, ws_,
+    return RunLmHead(b, normed, lm_head_, VocabShard::Of(config(), tp_), tp_.comm, in, ws_,
                      logits);
   }
 
@@ -391,7 +391,8 @@ class GptOssModel final : public Model {
   PpStage pp_;
   Backend* backend_ = nullptr;
   EmbeddingTable embed_;         // first stage
-  Buffer lm_head_, final_norm_;  // last stage
+  LinearWeight lm_head_;         // last stage
+  Buffer final_norm_;            // last stage
   Buffer rope_;
   Buffer router_logits_, topk_ids_, topk_weights_;  // [T, E] f32, [T, k] i32, [T, k] f32
   std::vector<Layer> layers_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/fp8.h"
@@ -485,25 +486,55 @@ VocabShard VocabShard::Of(const ModelConfig& config, const TpShard& tp) {
   return VocabShard{tp.rank * vocab / tp.size, (tp.rank + 1) * vocab / tp.size};
 }
 
-Buffer TakeLmHead(WeightLoader& loader, const TpShard& tp, const VocabShard& shard,
-                  const std::string& name, const ModelConfig& config) {
+LinearWeight TakeLmHead(WeightLoader& loader, Backend& backend, const VocabShard& shard,
+                        const std::string& name, const ModelConfig& config) {
   const std::vector<int64_t> shape = {config.vocab_size, config.hidden_size};
-  if (shard.Covers(config.vocab_size)) return loader.Take(name, shape);
-  return TakeShard(loader, tp, name, shape, TpShard::Blocks(0, shard.begin, shard.end, 1));
+  const TensorSlice rows = TpShard::Blocks(0, shard.begin, shard.end, 1);
+  const TensorSlice* held = shard.Covers(config.vocab_size) ? nullptr : &rows;
+  if (std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held)) {
+    absl::Status status;
+    LinearWeight w = UploadFp8(backend, *fp8, status);
+    if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
+    return w;
+  }
+  return LinearWeight{.dense = held == nullptr ? loader.Take(name, shape)
+                                               : loader.Take(name, shape, *held)};
+}
+
+namespace {
+
+// RunLmHead's rows and shards around `matmul` (x, out): the projection itself.
+absl::Status LmHeadInto(Backend& backend, const Tensor& final_normed, const VocabShard& shard,
+                        parallel::Communicator* comm, const ForwardInputs& in, Workspace& ws,
+                        const Tensor& logits,
+                        absl::FunctionRef<absl::Status(const Tensor&, const Tensor&)> matmul) {
+  const Tensor gathered = ws.gathered.view().SliceRows(0, in.logits_indices.dim(0));
+  RETURN_IF_ERROR(backend.GatherRows(final_normed, in.logits_indices, gathered));
+  if (shard.Covers(logits.dim(1))) return matmul(gathered, logits);
+  // Zero, write this rank's columns, sum: an all-reduce of the whole rows (twice an all-gather's
+  // traffic) that needs no transposing copy afterwards.
+  RETURN_IF_ERROR(backend.Zero(logits));
+  RETURN_IF_ERROR(matmul(gathered, logits.SliceLast(shard.begin, shard.end)));
+  return AllReduceSum(comm, backend, logits);
+}
+
+}  // namespace
+
+absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const LinearWeight& lm_head,
+                       const VocabShard& shard, parallel::Communicator* comm,
+                       const ForwardInputs& in, Workspace& ws, const Tensor& logits) {
+  return LmHeadInto(backend, final_normed, shard, comm, in, ws, logits,
+                    [&](const Tensor& x, const Tensor& out) {
+                      return RunLinear(backend, x, lm_head, nullptr, out);
+                    });
 }
 
 absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tensor& lm_head,
                        const VocabShard& shard, parallel::Communicator* comm,
                        const ForwardInputs& in, Workspace& ws, const Tensor& logits) {
-  const Tensor gathered = ws.gathered.view().SliceRows(0, in.logits_indices.dim(0));
-  RETURN_IF_ERROR(backend.GatherRows(final_normed, in.logits_indices, gathered));
-  if (shard.Covers(logits.dim(1))) return backend.Matmul(gathered, lm_head, nullptr, logits);
-  // Zero, write this rank's columns, sum: an all-reduce of the whole rows (twice an all-gather's
-  // traffic) that needs no transposing copy afterwards.
-  RETURN_IF_ERROR(backend.Zero(logits));
-  RETURN_IF_ERROR(
-      backend.Matmul(gathered, lm_head, nullptr, logits.SliceLast(shard.begin, shard.end)));
-  return AllReduceSum(comm, backend, logits);
+  return LmHeadInto(
+      backend, final_normed, shard, comm, in, ws, logits,
+      [&](const Tensor& x, const Tensor& out) { return backend.Matmul(x, lm_head, nullptr, out); });
 }
 
 EmbeddingTable EmbeddingTable::Load(WeightLoader& loader, const TpShard& tp,

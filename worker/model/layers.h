@@ -174,12 +174,17 @@ struct VocabShard {
   static VocabShard Of(const ModelConfig& config, const TpShard& tp);
   bool Covers(int64_t vocab) const { return begin == 0 && end == vocab; }
 };
-// The lm_head rows of `shard` from the checkpoint tensor `name` [V, H].
-Buffer TakeLmHead(WeightLoader& loader, const TpShard& tp, const VocabShard& shard,
-                  const std::string& name, const ModelConfig& config);
+// The lm_head rows of `shard` from the checkpoint tensor `name` [V, H]: FP8 when the loader
+// keeps it so (ModelLoadOptions::fp8_lm_head with fp8_matmuls), else dense.
+LinearWeight TakeLmHead(WeightLoader& loader, Backend& backend, const VocabShard& shard,
+                        const std::string& name, const ModelConfig& config);
 
 // Final norm output rows -> logits [L, V] through `lm_head`, this rank's rows [shard) of [V, H]
 // (all of them when the shard covers the vocabulary; else summed across `comm`).
+absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const LinearWeight& lm_head,
+                       const VocabShard& shard, parallel::Communicator* comm,
+                       const ForwardInputs& in, Workspace& ws, const Tensor& logits);
+// The same with a tied lm_head: the embedding rows of the shard.
 absl::Status RunLmHead(Backend& backend, const Tensor& final_normed, const Tensor& lm_head,
                        const VocabShard& shard, parallel::Communicator* comm,
                        const ForwardInputs& in, Workspace& ws, const Tensor& logits);

@@ -40,7 +40,7 @@ class LlamaModel final : public Model {
     if (c.tie_word_embeddings || !is_last_stage()) {
       loader.Ignore("lm_head.weight");  // tied exporters may write the copy anyway
     } else {
-      lm_head_ = TakeLmHead(loader, tp_, VocabShard::Of(c, tp_), "lm_head.weight", c);
+      lm_head_ = TakeLmHead(loader, backend, VocabShard::Of(c, tp_), "lm_head.weight", c);
     }
     if (is_last_stage()) {
       final_norm_ = loader.Take("model.norm.weight", {c.hidden_size});
@@ -134,8 +134,10 @@ class LlamaModel final : public Model {
     Observe(-1, "final_norm", normed);
     // Vocab-parallel under TP (layers.h VocabShard); a tied head is a row slice of the table.
     const VocabShard shard = VocabShard::Of(c, tp_);
-    const Tensor lm_head = c.tie_word_embeddings ? embed_.rows() : lm_head_.view();
-    return RunLmHead(b, normed, lm_head, shard, tp_.comm, in, ws_, logits);
+    if (c.tie_word_embeddings) {
+      return RunLmHead(b, normed, embed_.rows(), shard, tp_.comm, in, ws_, logits);
+    }
+    return RunLmHead(b, normed, lm_head_, shard, tp_.comm, in, ws_, logits);
   }
 
  private:
@@ -149,7 +151,7 @@ class LlamaModel final : public Model {
   PpStage pp_;
   Backend* backend_ = nullptr;
   EmbeddingTable embed_;  // first stage, and last when tied (its rows are the lm_head then)
-  Buffer lm_head_;     // [V / tp, H] (VocabShard); last stage, empty when tied
+  LinearWeight lm_head_;  // [V / tp, H] (VocabShard); last stage, empty when tied
   Buffer final_norm_;  // [H]; last stage
   Buffer rope_;        // f32 [max_positions, head_dim]
   std::vector<Layer> layers_;

@@ -8,6 +8,13 @@
 #include "worker/model/tensor_parallel.h"
 
 namespace xserv::model {
+namespace {
+
+// The lm_head's FP8 block when no --quantization block is given: the FP8 checkpoints' (and the
+// W8A8 GEMM's) 128.
+constexpr int64_t kFp8LmHeadBlock = 128;
+
+}  // namespace
 
 Model::Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions& options)
     : config_(std::move(config)),
@@ -96,6 +103,14 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, kernels
               : "the checkpoint is FP8 already; drop --quantization fp8");
     }
     loader.set_quantize_fp8_block(options.quantize_fp8_block);
+  }
+  if (options.fp8_lm_head) {
+    if (config.architecture == Architecture::kGpt2 || config.tie_word_embeddings) {
+      return absl::InvalidArgumentError(
+          "--fp8-lm-head needs a separate lm_head; this model's is its token embedding (tied)");
+    }
+    loader.set_quantize_lm_head_fp8_block(
+        options.quantize_fp8_block > 0 ? options.quantize_fp8_block : kFp8LmHeadBlock);
   }
   loader.set_fp8_matmuls(options.fp8_matmuls);
   std::unique_ptr<Model> model;

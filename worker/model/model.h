@@ -72,6 +72,11 @@ struct ModelLoadOptions {
   // FP8 linear weights (an FP8 checkpoint's, or quantised on load) stay FP8 and go through
   // Backend::MatmulFp8 instead of being decoded to the compute dtype at load (half the bytes).
   bool fp8_matmuls = false;
+  // The lm_head through FP8 too (xserv-worker --fp8-lm-head): 128 x 128 blocks (or
+  // quantize_fp8_block's), quantised on load in a BF16 checkpoint and in an FP8 one alike (whose
+  // lm_head is BF16), and kept FP8 under fp8_matmuls: half the bytes of the largest single weight
+  // a decode step reads. Refused where the lm_head is the embedding (tied, GPT-2).
+  bool fp8_lm_head = false;
   // Start-up progress: (bytes read so far, checkpoint bytes), called on the loading thread.
   std::function<void(uint64_t, uint64_t)> on_progress;
 };

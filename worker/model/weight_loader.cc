@@ -143,20 +143,27 @@ bool WeightLoader::DecodeWeight(const std::string& name, const std::vector<int64
   if (stored == safetensors::DType::kF8E4M3 && !ApplyFp8Scales(name, shape, slice, host)) {
     return false;
   }
-  if (QuantizesOnLoad(name, shape)) QuantizeFp8InPlace(host, 1, held_shape[0], held_shape[1]);
+  if (const int64_t block = QuantizeBlockOf(name, shape); block > 0) {
+    RoundTripFp8(host, 1, held_shape[0], held_shape[1], block);
+  }
   return true;
 }
 
-bool WeightLoader::QuantizesOnLoad(const std::string& name,
-                                   const std::vector<int64_t>& shape) const {
-  return quantize_fp8_block_ > 0 && shape.size() == 2 && name.starts_with("model.layers.") &&
-         name.ends_with("_proj.weight");
+int64_t WeightLoader::QuantizeBlockOf(const std::string& name,
+                                      const std::vector<int64_t>& shape) const {
+  if (shape.size() != 2) return 0;
+  if (name == "lm_head.weight") return lm_head_fp8_block_;
+  const bool decoder_linear = name.starts_with("model.layers.") && name.ends_with("_proj.weight");
+  return decoder_linear ? quantize_fp8_block_ : 0;
 }
 
 void WeightLoader::QuantizeFp8InPlace(std::span<float> values, int64_t matrices, int64_t rows,
                                       int64_t cols) {
-  if (quantize_fp8_block_ <= 0) return;
-  const int64_t block = quantize_fp8_block_;
+  if (quantize_fp8_block_ > 0) RoundTripFp8(values, matrices, rows, cols, quantize_fp8_block_);
+}
+
+void WeightLoader::RoundTripFp8(std::span<float> values, int64_t matrices, int64_t rows,
+                                int64_t cols, int64_t block) {
   for (int64_t m = 0; m < matrices; ++m) {
     const std::span<float> matrix = values.subspan(m * rows * cols, rows * cols);
     const kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(matrix, rows, cols, block);
@@ -342,15 +349,15 @@ std::optional<WeightLoader::Fp8HostWeight> WeightLoader::TakeFp8(
   if (!fp8_matmuls_ || shape.size() != 2) return std::nullopt;
   const std::vector<int64_t> held = slice != nullptr ? slice->Apply(shape) : shape;
   Fp8HostWeight w{.rows = held[0], .cols = held[1]};
-  if (QuantizesOnLoad(name, shape)) {
+  if (const int64_t block = QuantizeBlockOf(name, shape); block > 0) {
     std::vector<float> host;
     const bool read = slice != nullptr ? ReadHostFloats(name, shape, *slice, host)
                                        : ReadHostFloats(name, shape, host);
     if (!read) return w;
-    kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(host, w.rows, w.cols, quantize_fp8_block_);
+    kernels::Fp8Blocks q = kernels::QuantizeFp8Blocks(host, w.rows, w.cols, block);
     w.codes = std::move(q.codes);
     w.scales = std::move(q.scale_inv);
-    w.block = quantize_fp8_block_;
+    w.block = block;
     return w;
   }
   // An FP8 checkpoint's own codes and scales, when its blocks are square and the slice keeps them.

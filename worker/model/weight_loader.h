@@ -57,6 +57,10 @@ class WeightLoader {
   void set_quantize_fp8_block(int64_t block) { quantize_fp8_block_ = block; }
   bool quantizes_fp8() const { return quantize_fp8_block_ > 0; }
   int64_t quantize_fp8_block() const { return quantize_fp8_block_; }
+  // The same for "lm_head.weight" alone (xserv-worker --fp8-lm-head), with its own block, in a
+  // BF16 checkpoint or an FP8 one (whose lm_head stays BF16): through FP8 and back, or kept FP8
+  // by TakeFp8 under set_fp8_matmuls. 0: off.
+  void set_quantize_lm_head_fp8_block(int64_t block) { lm_head_fp8_block_ = block; }
   // FP8 linear weights kept as FP8 for Backend::MatmulFp8 (TakeFp8); off: decoded at load.
   void set_fp8_matmuls(bool on) { fp8_matmuls_ = on; }
   bool fp8_matmuls() const { return fp8_matmuls_; }
@@ -176,8 +180,16 @@ class WeightLoader {
   std::string dir_;
   std::vector<int64_t> fp8_block_;
   int64_t quantize_fp8_block_ = 0;
+  int64_t lm_head_fp8_block_ = 0;
   bool fp8_matmuls_ = false;
-  bool QuantizesOnLoad(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The block `name` is quantised with on load (quantize_fp8_block_ for the decoder linears,
+  // lm_head_fp8_block_ for the lm_head), 0 for none.
+  int64_t QuantizeBlockOf(const std::string& name, const std::vector<int64_t>& shape) const;
+  bool QuantizesOnLoad(const std::string& name, const std::vector<int64_t>& shape) const {
+    return QuantizeBlockOf(name, shape) > 0;
+  }
+  static void RoundTripFp8(std::span<float> values, int64_t matrices, int64_t rows, int64_t cols,
+                           int64_t block);
   safetensors::SafetensorsModel checkpoint_;
   kernels::Backend* backend_;
   std::set<std::string> used_;

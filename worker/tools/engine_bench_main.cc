@@ -70,6 +70,7 @@ struct BenchConfig {
   int64_t hold_us = 50000;  // must exceed the host time to queue one step
   bool quantize_fp8 = false;   // --quantization fp8: 128 x 128 blocks on load
   bool fp8_matmuls = false;    // keep FP8 weights FP8 (MatmulFp8)
+  bool fp8_lm_head = false;    // the lm_head through FP8 too
   bool fp8_kv_cache = false;   // E4M3 KV codes with (token, kv head) scales (KvLayout::fp8)
   xserv::worker::KernelChoices kernels;
   double peak_read_gb_s = 4220;     // --profile-ops roofline: ../shared/GPU.md's measured H200
@@ -294,6 +295,11 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   };
   // Quantised on load, the experts are kept FP8 with --fp8-matmuls and decoded to bf16 without;
   // otherwise an MXFP4 checkpoint's stay MXFP4 and dense ones bf16.
+  // --fp8-lm-head: the lm_head is FP8 when kept so (--fp8-matmuls), at the FP8 rate as above
+  // (the logits rows).
+  const bool fp8_lm_head = cfg.fp8_lm_head && cfg.fp8_matmuls;
+  const double lm_head_bytes = fp8_lm_head ? 1.0 : 2.0;
+  const auto lm_head_fp8_math = [&](int64_t rows) { return fp8_lm_head && fp8_math(rows); };
   const double expert_bytes = cfg.quantize_fp8 ? bytes_per_weight
                               : c.quantization.method == xserv::QuantMethod::kMxfp4 ? 17.0 / 32.0
                                                                                     : 2.0;
@@ -303,6 +309,8 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
                                                .linear_bytes_per_weight = bytes_per_weight,
                                                .linear_fp8_math =
                                                    fp8_math(int64_t{batch} * cfg.prompt_len),
+                                               .lm_head_bytes_per_weight = lm_head_bytes,
+                                               .lm_head_fp8_math = lm_head_fp8_math(batch),
                                                .expert_bytes_per_weight = expert_bytes,
                                                .fp8_kv_cache = cfg.fp8_kv_cache};
   const xserv::tools::PhaseShape decode_shape{
@@ -312,6 +320,8 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
       .logits_rows = batch,
       .linear_bytes_per_weight = bytes_per_weight,
       .linear_fp8_math = fp8_math(batch),
+      .lm_head_bytes_per_weight = lm_head_bytes,
+      .lm_head_fp8_math = lm_head_fp8_math(batch),
       .expert_bytes_per_weight = expert_bytes,
       .fp8_kv_cache = cfg.fp8_kv_cache};
   ASSIGN_OR_RETURN(std::vector<int32_t> next, runner.Step(prompts, 0, tables));
@@ -375,6 +385,7 @@ Json ReportJson(const BenchConfig& cfg, const xserv::ModelConfig& c,
         {"pdl", cfg.kernels.pdl},
         {"quantization", cfg.quantize_fp8 ? "fp8" : "none"},
         {"fp8_matmuls", cfg.fp8_matmuls},
+        {"fp8_lm_head", cfg.fp8_lm_head},
         {"kv_cache_dtype", cfg.fp8_kv_cache ? "fp8" : "auto"},
         {"flash_prefill", cfg.kernels.flash_prefill},
         {"decode_attention", cfg.kernels.decode_attention},
@@ -435,7 +446,8 @@ absl::Status Run(const BenchConfig& cfg) {
                                     model::ModelLoadOptions{
                                         .max_num_tokens = max_tokens,
                                         .quantize_fp8_block = cfg.quantize_fp8 ? 128 : 0,
-                                        .fp8_matmuls = cfg.fp8_matmuls}));
+                                        .fp8_matmuls = cfg.fp8_matmuls,
+                                        .fp8_lm_head = cfg.fp8_lm_head}));
   const xserv::ModelConfig& c = m->config();
   if (cfg.prompt_len + cfg.gen_len > c.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat("prompt-len + gen-len exceeds the model's ",
@@ -521,6 +533,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--fp8-matmuls", cfg.fp8_matmuls, "keep FP8 weights FP8 (W8A16 MatmulFp8)")
+      ->capture_default_str();
+  app.add_option("--fp8-lm-head", cfg.fp8_lm_head, "the lm_head through FP8 too (128x128)")
       ->capture_default_str();
   xserv::worker::AddKernelChoiceFlags(app, cfg.kernels);
   app.add_option("--kv-cache-dtype", kv_cache_dtype, "auto (the compute dtype) or fp8")

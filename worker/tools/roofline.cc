@@ -21,10 +21,12 @@ double LmHeadParams(const ModelConfig& c) {
 FamilyCost MatmulCost(const ModelConfig& c, const PhaseShape& s) {
   const double rows = static_cast<double>(s.batch * s.new_tokens);
   FamilyCost cost;
-  cost.bytes = DecoderLinearParams(c) * s.linear_bytes_per_weight + LmHeadParams(c) * 2.0;
+  cost.bytes = DecoderLinearParams(c) * s.linear_bytes_per_weight +
+               LmHeadParams(c) * s.lm_head_bytes_per_weight;
   const double linear_flops = 2.0 * rows * DecoderLinearParams(c);
-  cost.flops = 2.0 * static_cast<double>(s.logits_rows) * LmHeadParams(c);
+  const double lm_head_flops = 2.0 * static_cast<double>(s.logits_rows) * LmHeadParams(c);
   (s.linear_fp8_math ? cost.fp8_flops : cost.flops) += linear_flops;
+  (s.lm_head_fp8_math ? cost.fp8_flops : cost.flops) += lm_head_flops;
   return cost;
 }
 

@@ -29,9 +29,12 @@ struct PhaseShape {
   double context = 0;
   int64_t logits_rows = 1;
   double linear_bytes_per_weight = 2;  // bf16; 1 for FP8 weights kept FP8
-  // The decoder linears multiply on FP8 tensor cores (W8A8: --fp8-w8a8 above the GEMV's rows);
-  // the lm_head stays bf16.
+  // The decoder linears multiply on FP8 tensor cores (W8A8: --fp8-w8a8 above the GEMV's rows).
   bool linear_fp8_math = false;
+  // The lm_head likewise: bf16 unless --fp8-lm-head keeps it FP8 (then 1, and FP8 math where the
+  // decoder linears have it).
+  double lm_head_bytes_per_weight = 2;
+  bool lm_head_fp8_math = false;
   // MoE experts: 2 for bf16, 17 / 32 for MXFP4 (4-bit values, one scale byte per 32), 1 for FP8
   // (its 128 x 128 block scales add 4 bytes per 16,384 weights, left out).
   double expert_bytes_per_weight = 2;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/safetensors/float_convert.h"
@@ -258,6 +259,38 @@ TEST(Fp8Weights, MisshapenScalesAreALoadError) {
 namespace xserv::model {
 namespace {
 
+// log p(prompt[t + 1] | prompt[..t]) from all-rows logits [prompt.size(), vocab].
+std::vector<float> PromptLogprobs(const std::vector<float>& logits,
+                                  const std::vector<int32_t>& prompt, int64_t vocab) {
+  std::vector<float> lp;
+  for (size_t t = 0; t + 1 < prompt.size(); ++t) {
+    const float* row = logits.data() + t * vocab;
+    double max = row[0], sum = 0;
+    for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, row[v]);
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
+    lp.push_back(static_cast<float>(row[prompt[t + 1]] - max - std::log(sum)));
+  }
+  return lp;
+}
+
+// Mean and largest |a - b| over the positions.
+std::pair<double, double> LogprobDistance(const std::vector<float>& a,
+                                          const std::vector<float>& b) {
+  double mean = 0, worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    const double d = std::fabs(a[t] - b[t]);
+    mean += d / static_cast<double>(a.size());
+    worst = std::max(worst, d);
+  }
+  return {mean, worst};
+}
+
+std::vector<int32_t> TestPrompt() {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 48; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % 150000));
+  return prompt;
+}
+
 // A tiny Qwen3 written twice from the same random weights: BF16, and FP8 with 32x32 blocks (the
 // Qwen3-8B-FP8 layout at a tiny model's scale, so every matrix has several blocks). The FP8 model
 // loads through the whole model path and its prompt logprobs stay within a quantisation-sized
@@ -278,8 +311,7 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
     ASSERT_TRUE(made.ok()) << made;
   }
   std::vector<std::vector<float>> logprobs, all_logits;
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 48; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % 150000));
+  const std::vector<int32_t> prompt = TestPrompt();
   int64_t vocab = 0;
   // BF16; the FP8 checkpoint; the BF16 checkpoint quantised on load (--quantization fp8).
   // The last two keep the weights FP8 and multiply through MatmulFp8 (the CPU's reference decodes
@@ -302,22 +334,9 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
         .tokens = prompt, .block_table = h.NewTable(64), .logits = LogitsRows::kAll}});
     ASSERT_EQ(logits.size(), prompt.size() * static_cast<size_t>(vocab));
     all_logits.push_back(logits);
-    std::vector<float> lp;  // log p(prompt[t + 1] | prompt[..t])
-    for (size_t t = 0; t + 1 < prompt.size(); ++t) {
-      const float* row = logits.data() + t * vocab;
-      double max = row[0], sum = 0;
-      for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, row[v]);
-      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
-      lp.push_back(static_cast<float>(row[prompt[t + 1]] - max - std::log(sum)));
-    }
-    logprobs.push_back(lp);
+    logprobs.push_back(PromptLogprobs(logits, prompt, vocab));
   }
-  double mean = 0, worst = 0;
-  for (size_t t = 0; t < logprobs[0].size(); ++t) {
-    const double d = std::fabs(logprobs[0][t] - logprobs[1][t]);
-    mean += d / static_cast<double>(logprobs[0].size());
-    worst = std::max(worst, d);
-  }
+  const auto [mean, worst] = LogprobDistance(logprobs[0], logprobs[1]);
   std::cout << "FP8 (32x32 blocks) vs BF16 tiny Qwen3: mean |dlogprob| " << mean << " nats, max "
             << worst << "\n";
   EXPECT_GT(mean, 0.0);  // the weights really are quantised
@@ -328,6 +347,61 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
   // Kept FP8 (MatmulFp8) or decoded at load: the same logits.
   EXPECT_EQ(all_logits[3], all_logits[1]);
   EXPECT_EQ(all_logits[4], all_logits[1]);
+}
+
+// --fp8-lm-head on the tiny Qwen3's FP8 checkpoint (whose lm_head is BF16): the lm_head goes
+// through FP8 with 128 x 128 blocks on load, the logits move by that rounding and no more, and
+// kept FP8 (MatmulFp8) they equal the decoded-at-load run bit for bit. With --quantization fp8
+// the lm_head takes that block.
+TEST(Fp8Model, Fp8LmHeadMovesTheLogitsByItsRounding) {
+  const std::string tokenizer = std::string(XSERV_SOURCE_DIR) + "/.assets/tokenizers/qwen3";
+  if (!std::filesystem::exists(tokenizer + "/tokenizer.json")) {
+    GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  }
+  const std::string root = (std::filesystem::path(::testing::TempDir()) / "fp8_head").string();
+  for (int64_t block : {int64_t{0}, int64_t{32}}) {
+    const absl::Status made = tools::MakeModel({.arch = tools::ModelArch::kQwen3,
+                                                .preset = tools::ModelPreset::kTiny,
+                                                .seed = 4,
+                                                .tokenizer_dir = tokenizer,
+                                                .out_dir = root + "/" + std::to_string(block),
+                                                .fp8_block = block});
+    ASSERT_TRUE(made.ok()) << made;
+  }
+  const std::vector<int32_t> prompt = TestPrompt();
+  struct Run {
+    const char* dir;
+    int64_t quantize_block;
+    bool fp8_matmuls, fp8_lm_head;
+  };
+  const std::vector<Run> runs = {{"32", 0, false, false}, {"32", 0, false, true},
+                                 {"32", 0, true, true},   {"0", 32, false, false},
+                                 {"0", 32, false, true},  {"0", 32, true, true}};
+  std::vector<std::vector<float>> logits, logprobs;
+  for (const Run& run : runs) {
+    testing::Harness h(root + "/" + run.dir,
+                       ModelLoadOptions{.max_num_tokens = 256,
+                                        .quantize_fp8_block = run.quantize_block,
+                                        .fp8_matmuls = run.fp8_matmuls,
+                                        .fp8_lm_head = run.fp8_lm_head},
+                       /*num_threads=*/1);
+    ASSERT_TRUE(h.ok()) << run.dir;
+    logits.push_back(h.Step({SequenceChunk{
+        .tokens = prompt, .block_table = h.NewTable(64), .logits = LogitsRows::kAll}}));
+    ASSERT_EQ(logits.back().size(), prompt.size() * static_cast<size_t>(h.vocab()));
+    logprobs.push_back(PromptLogprobs(logits.back(), prompt, h.vocab()));
+  }
+  for (size_t base : {size_t{0}, size_t{3}}) {
+    const auto [mean, worst] = LogprobDistance(logprobs[base], logprobs[base + 1]);
+    std::cout << "FP8 lm_head vs BF16 lm_head (" << runs[base].dir << "): mean |dlogprob| " << mean
+              << " nats, max " << worst << "\n";
+    EXPECT_GT(mean, 0.0);  // the lm_head really is quantised
+    EXPECT_LT(mean, 0.02);
+    EXPECT_LT(worst, 0.1);
+    EXPECT_EQ(logits[base + 2], logits[base + 1]);  // kept FP8 or decoded at load
+  }
+  // The 128 block of the FP8 checkpoint's run and the 32 of --quantization fp8 differ.
+  EXPECT_NE(logprobs[1], logprobs[4]);
 }
 
 TEST(Fp8Model, QuantiseOnLoadRefusesGpt2AndFp8Checkpoints) {
@@ -358,6 +432,10 @@ TEST(Fp8Model, QuantiseOnLoadRefusesGpt2AndFp8Checkpoints) {
   const auto twice = LoadModel(fp8_dir, backend, ModelLoadOptions{.quantize_fp8_block = 128});
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(twice.status().message().find("FP8 already"), std::string::npos) << twice.status();
+  // GPT-2's lm_head is its token embedding: no FP8 copy of it.
+  const auto tied = LoadModel(gpt2_dir, backend, ModelLoadOptions{.fp8_lm_head = true});
+  EXPECT_EQ(tied.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tied.status().message().find("tied"), std::string::npos) << tied.status();
 }
 
 }  // namespace

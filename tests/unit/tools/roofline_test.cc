@@ -65,6 +65,23 @@ TEST(Roofline, W8A8LinearsCountAtTheFp8Rate) {
   EXPECT_NEAR(RooflineUs(bf16_math, peaks), bf16_math.flops / 790e12 * 1e6, 1e-6);
 }
 
+// --fp8-lm-head: the lm_head's 622M weights read as one byte each, and at 256 rows its flops
+// join the linears' at the FP8 rate.
+TEST(Roofline, Fp8LmHeadHalvesItsBytesAndMovesItsFlops) {
+  const ModelConfig c = Qwen3_8B();
+  const FamilyCost b1 =
+      MatmulCost(c, PhaseShape{.linear_bytes_per_weight = 1, .lm_head_bytes_per_weight = 1});
+  EXPECT_DOUBLE_EQ(b1.bytes, 6945767424.0 + 622329856.0);
+  const FamilyCost b256 = MatmulCost(c, PhaseShape{.batch = 256,
+                                                   .logits_rows = 256,
+                                                   .linear_bytes_per_weight = 1,
+                                                   .linear_fp8_math = true,
+                                                   .lm_head_bytes_per_weight = 1,
+                                                   .lm_head_fp8_math = true});
+  EXPECT_EQ(b256.flops, 0.0);
+  EXPECT_DOUBLE_EQ(b256.fp8_flops, 2.0 * 256 * (6945767424.0 + 622329856.0));
+}
+
 TEST(Roofline, AttentionReadsTheCacheAndCountsCausalPairs) {
   const ModelConfig c = Qwen3_8B();
   // Decode: 64 sequences, 160 cached tokens each; K and V rows of 8 x 128 bf16 per layer.
