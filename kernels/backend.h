@@ -203,6 +203,15 @@ class Backend {
   // Whether FP8 weights should come with Fp8Weight::row_scales (made at load): CUDA's W8A8 GEMM
   // runs faster at small batches with a scale per weight row (--fp8-w8a8-row-scales-rows).
   virtual bool WantsFp8RowScales() const { return false; }
+  // Whether MatmulFp8 multiplies an [n, k] FP8 weight of `block` x `block` scales at any row
+  // count without decoding all of it on every call (CUDA: only the W8A8 GEMM's shapes, with
+  // fp8_w8a8, go past the decode GEMV's rows). The lm_head stays FP8 (--fp8-lm-head) only where
+  // this holds: decoding 0.6 GB per batched step costs more than its bytes save at one row. The
+  // CPU reference decodes every call anyway and says true, so that its tests take the FP8 path.
+  virtual bool Fp8MatmulAtAnyRows(int64_t n, int64_t k, int64_t block) const {
+    (void)n, (void)k, (void)block;
+    return true;
+  }
   // A hint that `weight` ([N, K] row-major: a dense weight, or an FP8 weight's codes) is the
   // weight of the matmul after the next one (Matmul, MatmulFp8, MatmulSiluMul or
   // AddRmsNormMatmul), with only latency-bound ops between them. A backend may start reading

@@ -174,6 +174,7 @@ class CudaBackend final : public Backend {
     return options_.fp8_w8a8 && !options_.batch_invariant &&
            options_.fp8_w8a8_row_scales_rows > 0;
   }
+  bool Fp8MatmulAtAnyRows(int64_t n, int64_t k, int64_t block) const override;
   void PrefetchAfterNextMatmul(const Tensor& weight) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& idx, const Tensor& out) override;
 

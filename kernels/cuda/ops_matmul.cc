@@ -108,11 +108,15 @@ absl::Status CheckFp8Matmul(const char* op, const Tensor& x, const Fp8Weight& w,
 // Whether MatmulFp8 runs `call` as W8A8 when it has more rows than the GEMV takes: 128-blocks,
 // k / 128 a multiple of 4, n of 16, a bf16 or f32 output (an FP8 lm_head's logits) with 16-byte
 // aligned rows (fp8_w8a8, not batch-invariant).
+bool W8A8TakesShape(const CudaBackendOptions& options, int64_t n, int64_t k, int64_t block) {
+  return options.fp8_w8a8 && !options.batch_invariant && block == 128 && k % 128 == 0 &&
+         (k / 128) % 4 == 0 && n % 16 == 0;
+}
 bool TakesW8A8(const CudaBackendOptions& options, const GemmCall& call, const Fp8Weight& w) {
   const bool out_type = call.out_type == ElemType::kBF16 || call.out_type == ElemType::kF32;
   const int64_t row_align = call.out_type == ElemType::kF32 ? 4 : 8;
-  return options.fp8_w8a8 && !options.batch_invariant && w.block == 128 && call.k % 128 == 0 &&
-         (call.k / 128) % 4 == 0 && call.n % 16 == 0 && out_type && call.ldo % row_align == 0;
+  return W8A8TakesShape(options, call.n, call.k, w.block) && out_type &&
+         call.ldo % row_align == 0;
 }
 
 // Whether the byte ranges of two row-major rank-2 tensors intersect.
@@ -156,6 +160,10 @@ CudaBackend::Fp8DecodeGemv CudaBackend::Fp8DecodeGemvFor(const GemmCall& call,
     d.kernel = Fp8DecodeGemv::kCudaCores;
   }
   return d;
+}
+
+bool CudaBackend::Fp8MatmulAtAnyRows(int64_t n, int64_t k, int64_t block) const {
+  return W8A8TakesShape(options_, n, k, block);
 }
 
 void CudaBackend::PrefetchAfterNextMatmul(const Tensor& weight) {

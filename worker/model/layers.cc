@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "kernels/fp8.h"
 #include "kernels/rope_table.h"
+#include "spdlog/spdlog.h"
 #include "worker/parallel/communicator.h"
 
 namespace xserv::model {
@@ -491,7 +492,21 @@ LinearWeight TakeLmHead(WeightLoader& loader, Backend& backend, const VocabShard
   const std::vector<int64_t> shape = {config.vocab_size, config.hidden_size};
   const TensorSlice rows = TpShard::Blocks(0, shard.begin, shard.end, 1);
   const TensorSlice* held = shard.Covers(config.vocab_size) ? nullptr : &rows;
-  if (std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held)) {
+  std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held);
+  if (fp8 && !fp8->codes.empty() &&
+      !backend.Fp8MatmulAtAnyRows(fp8->rows, fp8->cols, fp8->block)) {
+    // Batched steps would decode it on every call: the same values, decoded once, instead.
+    spdlog::warn("--fp8-lm-head: the [{}, {}] lm_head stays in the compute dtype (FP8-rounded) on "
+                 "this backend: its FP8 GEMM does not take the shape (needs --fp8-w8a8 and a "
+                 "hidden size that is a multiple of 512)",
+                 fp8->rows, fp8->cols);
+    std::vector<float> values(static_cast<size_t>(fp8->rows * fp8->cols));
+    const kernels::Fp8Blocks blocks{.codes = std::move(fp8->codes),
+                                    .scale_inv = std::move(fp8->scales)};
+    kernels::DequantizeFp8Blocks(blocks, fp8->rows, fp8->cols, fp8->block, values);
+    return LinearWeight{.dense = loader.Upload(values, {fp8->rows, fp8->cols})};
+  }
+  if (fp8) {
     absl::Status status;
     LinearWeight w = UploadFp8(backend, *fp8, status);
     if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it

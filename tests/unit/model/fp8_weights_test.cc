@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/fp8.h"
+#include "worker/model/layers.h"
 #include "worker/model/tensor_parallel.h"
 #include "worker/model/weight_loader.h"
 #include "worker/tools/model_maker.h"
@@ -402,6 +403,55 @@ TEST(Fp8Model, Fp8LmHeadMovesTheLogitsByItsRounding) {
   }
   // The 128 block of the FP8 checkpoint's run and the 32 of --quantization fp8 differ.
   EXPECT_NE(logprobs[1], logprobs[4]);
+}
+
+// A backend whose FP8 GEMM would decode the whole weight at every batched call
+// (Backend::Fp8MatmulAtAnyRows false, as CUDA without the W8A8 GEMM's shape): TakeLmHead then
+// keeps the FP8-rounded lm_head dense, with the values the kept form multiplies.
+class DecodingCpuBackend : public kernels::cpu::CpuBackend {
+ public:
+  DecodingCpuBackend() : CpuBackend(kernels::cpu::CpuBackendOptions{}) {}
+  bool Fp8MatmulAtAnyRows(int64_t, int64_t, int64_t) const override { return false; }
+};
+
+TEST(Fp8Model, LmHeadStaysDenseWhereFp8GemmsWouldDecodeIt) {
+  constexpr int64_t kVocab = 96, kHidden = 64, kBlock = 32;
+  std::mt19937 rng(9);
+  std::vector<float> head(kVocab * kHidden);
+  for (float& v : head) v = std::uniform_real_distribution<float>(-0.5f, 0.5f)(rng);
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "fp8_head_dense").string();
+  std::filesystem::create_directories(dir);
+  const std::vector<safetensors::TensorView> tensors = {
+      {.name = "lm_head.weight", .dtype = safetensors::DType::kF32, .shape = {kVocab, kHidden},
+       .data = std::as_bytes(std::span(head))}};
+  ASSERT_TRUE(safetensors::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  ModelConfig config;
+  config.vocab_size = kVocab;
+  config.hidden_size = kHidden;
+  const VocabShard whole{0, kVocab};
+  std::vector<float> rounded(head.size());
+  kernels::DequantizeFp8Blocks(kernels::QuantizeFp8Blocks(head, kVocab, kHidden, kBlock), kVocab,
+                               kHidden, kBlock, rounded);
+  ASSERT_NE(rounded, head);
+
+  kernels::cpu::CpuBackend cpu(kernels::cpu::CpuBackendOptions{});
+  DecodingCpuBackend decoding;
+  for (kernels::Backend* backend : {static_cast<kernels::Backend*>(&cpu),
+                                    static_cast<kernels::Backend*>(&decoding)}) {
+    auto loader = WeightLoader::Open(dir, *backend);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    loader->set_fp8_matmuls(true);
+    loader->set_quantize_lm_head_fp8_block(kBlock);
+    const LinearWeight w = TakeLmHead(*loader, *backend, whole, "lm_head.weight", config);
+    EXPECT_TRUE(loader->Finish().ok());
+    if (backend == &cpu) {
+      ASSERT_FALSE(w.codes.empty());  // kept FP8
+      EXPECT_TRUE(w.dense.empty());
+    } else {
+      ASSERT_TRUE(w.codes.empty());
+      EXPECT_EQ(testing::ToHost(*backend, w.dense), rounded);
+    }
+  }
 }
 
 TEST(Fp8Model, QuantiseOnLoadRefusesGpt2AndFp8Checkpoints) {
