@@ -119,17 +119,31 @@ absl::Status RunNormLinear(Backend& backend, const kernels::PreNorm* norm, const
   return backend.AddRmsNormMatmul(*norm, kernels::MatmulWeight{.fp8 = &fp8}, bias, out);
 }
 
+namespace {
+
+// The linear weight `name` of `shape`, its `held` part (null: whole): FP8 when `fp8` and the
+// loader keeps it so (WeightLoader::TakeFp8), else dense (FP8-rounded where quantised on load).
+LinearWeight TakeHeldLinear(WeightLoader& loader, Backend& backend, const std::string& name,
+                            const std::vector<int64_t>& shape, const TensorSlice* held,
+                            bool fp8 = true) {
+  std::optional<WeightLoader::Fp8HostWeight> w;
+  if (fp8) w = loader.TakeFp8(name, shape, held);
+  if (w) {
+    absl::Status status;
+    LinearWeight out = UploadFp8(backend, *w, status);
+    if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
+    return out;
+  }
+  return LinearWeight{.dense = held == nullptr ? loader.Take(name, shape)
+                                               : loader.Take(name, shape, *held)};
+}
+
+}  // namespace
+
 LinearWeight TakeLinear(WeightLoader& loader, Backend& backend, const TpShard& tp,
                         const std::string& name, const std::vector<int64_t>& shape,
                         const TensorSlice& slice) {
-  const TensorSlice* held = tp.sharded() ? &slice : nullptr;
-  if (std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held)) {
-    absl::Status status;
-    LinearWeight w = UploadFp8(backend, *fp8, status);
-    if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
-    return w;
-  }
-  return LinearWeight{.dense = TakeShard(loader, tp, name, shape, slice)};
+  return TakeHeldLinear(loader, backend, name, shape, tp.sharded() ? &slice : nullptr);
 }
 
 Buffer TakeRowParallelBias(WeightLoader& loader, const TpShard& tp, const std::string& name,
@@ -492,28 +506,18 @@ LinearWeight TakeLmHead(WeightLoader& loader, Backend& backend, const VocabShard
   const std::vector<int64_t> shape = {config.vocab_size, config.hidden_size};
   const TensorSlice rows = TpShard::Blocks(0, shard.begin, shard.end, 1);
   const TensorSlice* held = shard.Covers(config.vocab_size) ? nullptr : &rows;
-  std::optional<WeightLoader::Fp8HostWeight> fp8 = loader.TakeFp8(name, shape, held);
-  if (fp8 && !fp8->codes.empty() &&
-      !backend.Fp8MatmulAtAnyRows(fp8->rows, fp8->cols, fp8->block)) {
-    // Batched steps would decode it on every call: the same values, decoded once, instead.
+  const std::vector<int64_t> held_shape = held == nullptr ? shape : held->Apply(shape);
+  const int64_t block = loader.quantize_lm_head_fp8_block();
+  const bool keep_fp8 =
+      block == 0 || backend.Fp8MatmulAtAnyRows(held_shape[0], held_shape[1], block);
+  if (!keep_fp8 && loader.fp8_matmuls()) {
+    // Batched steps would decode it on every call: the loader's FP8-rounded values, dense.
     spdlog::warn("--fp8-lm-head: the [{}, {}] lm_head stays in the compute dtype (FP8-rounded) on "
                  "this backend: its FP8 GEMM does not take the shape (needs --fp8-w8a8 and a "
                  "hidden size that is a multiple of 512)",
-                 fp8->rows, fp8->cols);
-    std::vector<float> values(static_cast<size_t>(fp8->rows * fp8->cols));
-    const kernels::Fp8Blocks blocks{.codes = std::move(fp8->codes),
-                                    .scale_inv = std::move(fp8->scales)};
-    kernels::DequantizeFp8Blocks(blocks, fp8->rows, fp8->cols, fp8->block, values);
-    return LinearWeight{.dense = loader.Upload(values, {fp8->rows, fp8->cols})};
+                 held_shape[0], held_shape[1]);
   }
-  if (fp8) {
-    absl::Status status;
-    LinearWeight w = UploadFp8(backend, *fp8, status);
-    if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
-    return w;
-  }
-  return LinearWeight{.dense = held == nullptr ? loader.Take(name, shape)
-                                               : loader.Take(name, shape, *held)};
+  return TakeHeldLinear(loader, backend, name, shape, held, keep_fp8);
 }
 
 namespace {

@@ -61,6 +61,7 @@ class WeightLoader {
   // BF16 checkpoint or an FP8 one (whose lm_head stays BF16): through FP8 and back, or kept FP8
   // by TakeFp8 under set_fp8_matmuls. 0: off.
   void set_quantize_lm_head_fp8_block(int64_t block) { lm_head_fp8_block_ = block; }
+  int64_t quantize_lm_head_fp8_block() const { return lm_head_fp8_block_; }
   // FP8 linear weights kept as FP8 for Backend::MatmulFp8 (TakeFp8); off: decoded at load.
   void set_fp8_matmuls(bool on) { fp8_matmuls_ = on; }
   bool fp8_matmuls() const { return fp8_matmuls_; }

@@ -295,9 +295,10 @@ absl::StatusOr<Json> ProfileBatch(xserv::kernels::cuda::CudaBackend& cuda, Runne
   };
   // Quantised on load, the experts are kept FP8 with --fp8-matmuls and decoded to bf16 without;
   // otherwise an MXFP4 checkpoint's stay MXFP4 and dense ones bf16.
-  // --fp8-lm-head: the lm_head is FP8 when kept so (--fp8-matmuls), at the FP8 rate as above
-  // (the logits rows).
-  const bool fp8_lm_head = cfg.fp8_lm_head && cfg.fp8_matmuls;
+  // --fp8-lm-head: the lm_head is FP8 where kept so (--fp8-matmuls, and a shape the backend's
+  // FP8 GEMM takes: TakeLmHead), at the FP8 rate as above (the logits rows).
+  const bool fp8_lm_head = cfg.fp8_lm_head && cfg.fp8_matmuls &&
+                           cuda.Fp8MatmulAtAnyRows(c.vocab_size, c.hidden_size, 128);
   const double lm_head_bytes = fp8_lm_head ? 1.0 : 2.0;
   const auto lm_head_fp8_math = [&](int64_t rows) { return fp8_lm_head && fp8_math(rows); };
   const double expert_bytes = cfg.quantize_fp8 ? bytes_per_weight

@@ -12,6 +12,7 @@
 
 #include "common/safetensors/float_convert.h"
 #include "common/safetensors/writer.h"
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/fp8.h"
@@ -292,6 +293,33 @@ std::vector<int32_t> TestPrompt() {
   return prompt;
 }
 
+// The tiny Qwen3 of `seed` written twice from the same random weights: root/0 BF16, root/32 FP8
+// with 32 x 32 blocks.
+absl::Status WriteTinyQwen3Twins(const std::string& root, uint64_t seed,
+                                 const std::string& tokenizer) {
+  for (int64_t block : {int64_t{0}, int64_t{32}}) {
+    RETURN_IF_ERROR(tools::MakeModel({.arch = tools::ModelArch::kQwen3,
+                                      .preset = tools::ModelPreset::kTiny,
+                                      .seed = seed,
+                                      .tokenizer_dir = tokenizer,
+                                      .out_dir = root + "/" + std::to_string(block),
+                                      .fp8_block = block}));
+  }
+  return absl::OkStatus();
+}
+
+// All-rows logits [prompt.size(), vocab] of the model in `dir` loaded with `options` on one CPU
+// thread; empty (the failure reported) when it does not load.
+std::vector<float> PromptLogits(const std::string& dir, const ModelLoadOptions& options,
+                                const std::vector<int32_t>& prompt, int64_t& vocab) {
+  testing::Harness h(dir, options, /*num_threads=*/1);
+  EXPECT_TRUE(h.ok()) << dir;
+  if (!h.ok()) return {};
+  vocab = h.vocab();
+  return h.Step({SequenceChunk{
+      .tokens = prompt, .block_table = h.NewTable(64), .logits = LogitsRows::kAll}});
+}
+
 // A tiny Qwen3 written twice from the same random weights: BF16, and FP8 with 32x32 blocks (the
 // Qwen3-8B-FP8 layout at a tiny model's scale, so every matrix has several blocks). The FP8 model
 // loads through the whole model path and its prompt logprobs stay within a quantisation-sized
@@ -302,15 +330,8 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
     GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   }
   const std::string root = (std::filesystem::path(::testing::TempDir()) / "fp8_twin").string();
-  for (int64_t block : {int64_t{0}, int64_t{32}}) {
-    const absl::Status made = tools::MakeModel({.arch = tools::ModelArch::kQwen3,
-                                                .preset = tools::ModelPreset::kTiny,
-                                                .seed = 3,
-                                                .tokenizer_dir = tokenizer,
-                                                .out_dir = root + "/" + std::to_string(block),
-                                                .fp8_block = block});
-    ASSERT_TRUE(made.ok()) << made;
-  }
+  const absl::Status made = WriteTinyQwen3Twins(root, 3, tokenizer);
+  ASSERT_TRUE(made.ok()) << made;
   std::vector<std::vector<float>> logprobs, all_logits;
   const std::vector<int32_t> prompt = TestPrompt();
   int64_t vocab = 0;
@@ -324,15 +345,12 @@ TEST(Fp8Model, TinyQwen3TracksItsBf16Twin) {
   };
   for (const Run run : {Run{"0", 0, false}, Run{"32", 0, false}, Run{"0", 32, false},
                         Run{"32", 0, true}, Run{"0", 32, true}}) {
-    testing::Harness h(root + "/" + run.dir,
-                       ModelLoadOptions{.max_num_tokens = 256,
-                                        .quantize_fp8_block = run.quantize_block,
-                                        .fp8_matmuls = run.fp8_matmuls},
-                       /*num_threads=*/1);
-    ASSERT_TRUE(h.ok()) << run.dir;
-    vocab = h.vocab();
-    const std::vector<float> logits = h.Step({SequenceChunk{
-        .tokens = prompt, .block_table = h.NewTable(64), .logits = LogitsRows::kAll}});
+    const std::vector<float> logits =
+        PromptLogits(root + "/" + run.dir,
+                     ModelLoadOptions{.max_num_tokens = 256,
+                                      .quantize_fp8_block = run.quantize_block,
+                                      .fp8_matmuls = run.fp8_matmuls},
+                     prompt, vocab);
     ASSERT_EQ(logits.size(), prompt.size() * static_cast<size_t>(vocab));
     all_logits.push_back(logits);
     logprobs.push_back(PromptLogprobs(logits, prompt, vocab));
@@ -360,15 +378,8 @@ TEST(Fp8Model, Fp8LmHeadMovesTheLogitsByItsRounding) {
     GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   }
   const std::string root = (std::filesystem::path(::testing::TempDir()) / "fp8_head").string();
-  for (int64_t block : {int64_t{0}, int64_t{32}}) {
-    const absl::Status made = tools::MakeModel({.arch = tools::ModelArch::kQwen3,
-                                                .preset = tools::ModelPreset::kTiny,
-                                                .seed = 4,
-                                                .tokenizer_dir = tokenizer,
-                                                .out_dir = root + "/" + std::to_string(block),
-                                                .fp8_block = block});
-    ASSERT_TRUE(made.ok()) << made;
-  }
+  const absl::Status made = WriteTinyQwen3Twins(root, 4, tokenizer);
+  ASSERT_TRUE(made.ok()) << made;
   const std::vector<int32_t> prompt = TestPrompt();
   struct Run {
     const char* dir;
@@ -380,17 +391,15 @@ TEST(Fp8Model, Fp8LmHeadMovesTheLogitsByItsRounding) {
                                  {"0", 32, false, true},  {"0", 32, true, true}};
   std::vector<std::vector<float>> logits, logprobs;
   for (const Run& run : runs) {
-    testing::Harness h(root + "/" + run.dir,
-                       ModelLoadOptions{.max_num_tokens = 256,
-                                        .quantize_fp8_block = run.quantize_block,
-                                        .fp8_matmuls = run.fp8_matmuls,
-                                        .fp8_lm_head = run.fp8_lm_head},
-                       /*num_threads=*/1);
-    ASSERT_TRUE(h.ok()) << run.dir;
-    logits.push_back(h.Step({SequenceChunk{
-        .tokens = prompt, .block_table = h.NewTable(64), .logits = LogitsRows::kAll}}));
-    ASSERT_EQ(logits.back().size(), prompt.size() * static_cast<size_t>(h.vocab()));
-    logprobs.push_back(PromptLogprobs(logits.back(), prompt, h.vocab()));
+    int64_t vocab = 0;
+    logits.push_back(PromptLogits(root + "/" + run.dir,
+                                  ModelLoadOptions{.max_num_tokens = 256,
+                                                   .quantize_fp8_block = run.quantize_block,
+                                                   .fp8_matmuls = run.fp8_matmuls,
+                                                   .fp8_lm_head = run.fp8_lm_head},
+                                  prompt, vocab));
+    ASSERT_EQ(logits.back().size(), prompt.size() * static_cast<size_t>(vocab));
+    logprobs.push_back(PromptLogprobs(logits.back(), prompt, vocab));
   }
   for (size_t base : {size_t{0}, size_t{3}}) {
     const auto [mean, worst] = LogprobDistance(logprobs[base], logprobs[base + 1]);
