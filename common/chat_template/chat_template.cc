@@ -73,7 +73,12 @@ absl::StatusOr<Value> ToValue(const Json& j, std::string_view what) {
 // vLLM's "string" content format: a list of only text parts becomes the texts joined by "\n".
 Json FlattenContent(const Json& message) {
   auto it = message.find("content");
-  if (it == message.end() || !it->is_array()) return message;
+  if (it == message.end() || it->is_null()) {  // an assistant turn of tool calls: "" (vLLM)
+    Json copy = message;
+    copy["content"] = "";
+    return copy;
+  }
+  if (!it->is_array()) return message;
   std::string text;
   bool first = true;
   for (const auto& part : *it) {

@@ -37,8 +37,9 @@ struct ChatRenderRequest {
   // "default" (transformers' rule).
   std::string template_name;
   // Serving conveniences, off by default so output stays byte-identical to transformers:
-  // replace a content list made only of text parts by the texts joined with "\n" (vLLM's
-  // "string" content format), and parse JSON-string tool-call arguments into objects.
+  // replace a content list made only of text parts by the texts joined with "\n", and a null or
+  // missing content by "" (vLLM's "string" content format: templates may test `'x' in
+  // message.content`), and parse JSON-string tool-call arguments into objects.
   bool flatten_text_content = false;
   bool parse_tool_arguments = false;
 };

@@ -38,8 +38,7 @@ bool IsEmpty(const v1::Chunk& c) {
 // How the choice ended, as far as the Complete message needs it.
 struct Ending {
   std::string finish_reason;
-  std::optional<std::string> stop_reason;  // GenerationRun's: a stop string or a stop token id
-  bool stop_string = false;                // stop_reason is a matched stop string
+  std::optional<StopReason> stop_reason;  // GenerationRun's: a stop string or a stop token id
   std::optional<uint32_t> last_token;      // the last generated id (EOS when it ended on EOS)
 };
 
@@ -48,11 +47,9 @@ struct Ending {
 std::string StopReasonText(const Ending& e, const ModelContext& model,
                            const TokenRenderer& tokens) {
   if (e.finish_reason != "stop") return "";
-  if (e.stop_string) return e.stop_reason.value_or("");
   if (e.stop_reason) {
-    char* end = nullptr;
-    const unsigned long id = std::strtoul(e.stop_reason->c_str(), &end, 10);
-    if (end != nullptr && *end == '\0') return tokens.Text(static_cast<uint32_t>(id));
+    if (const auto* id = std::get_if<uint32_t>(&*e.stop_reason)) return tokens.Text(*id);
+    return std::get<std::string>(*e.stop_reason);
   }
   if (e.last_token) {
     for (uint32_t eos : model.eos_token_ids) {
@@ -159,7 +156,6 @@ asio::awaitable<absl::Status> GenerateCall::Stream(GenerationRun& run, const Mod
       if (u.finish_reason) {
         ending.finish_reason = *u.finish_reason;
         ending.stop_reason = u.stop_reason;
-        ending.stop_string = u.delta.stop_index.has_value();
       }
       v1::Chunk chunk = ToChunk(u, tokens);
       if (!IsEmpty(chunk)) AppendChunk(std::move(chunk));

@@ -47,6 +47,10 @@ ApiError ApiError::FromStatus(const absl::Status& status) {
       e.http_status = 503;
       e.type = "server_error";
       break;
+    case absl::StatusCode::kCancelled:  // the client went away (nginx's "client closed request")
+      e.http_status = 499;
+      e.type = "invalid_request_error";
+      break;
     case absl::StatusCode::kDeadlineExceeded:
       e.http_status = 504;
       e.type = "server_error";

@@ -67,12 +67,17 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
   for (const PreparedPrompt& p : g.prompts) {
     if (p.ids.empty()) return ApiError::Invalid("the prompt is empty", "prompt");
     const int64_t prompt_len = static_cast<int64_t>(p.ids.size());
-    const int64_t wanted = s.max_tokens ? *s.max_tokens : 1;
-    if (model.max_context > 0 && prompt_len + std::max<int64_t>(wanted, 1) > model.max_context) {
+    // max_tokens 0 (echo: the prompt's logprobs only) still runs one decode position.
+    const int64_t wanted = std::max<int64_t>(s.max_tokens ? *s.max_tokens : 1, 1);
+    if (model.max_context > 0 && prompt_len + wanted > model.max_context) {
       return ApiError::Invalid(
           absl::StrCat("This model's maximum context length is ", model.max_context,
                        " tokens. However, you requested ", prompt_len + wanted, " tokens (",
-                       prompt_len, " in the prompt, ", wanted, " for the completion)."),
+                       prompt_len, " in the prompt, ", wanted, " for the completion",
+                       s.max_tokens && *s.max_tokens == 0
+                           ? ": scoring a prompt with max_tokens 0 takes one position too"
+                           : "",
+                       ")."),
           s.max_tokens ? "max_tokens" : "messages");
     }
   }

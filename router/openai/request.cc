@@ -49,10 +49,14 @@ class Fields {
     if (!v.is_number_integer()) {
       return Fail(absl::StrCat("'", key, "' must be an integer"), key), std::nullopt;
     }
-    const int64_t i = v.is_number_unsigned()
-                          ? static_cast<int64_t>(std::min<uint64_t>(
-                                v.get<uint64_t>(), std::numeric_limits<int64_t>::max()))
-                          : v.get<int64_t>();
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Fail(absl::StrCat("'", key, "' must be between ", lo, " and ", hi, ", got ",
+                               v.get<uint64_t>()),
+                  key),
+             std::nullopt;
+    }
+    const int64_t i = v.get<int64_t>();
     if (i < lo || i > hi) {
       return Fail(absl::StrCat("'", key, "' must be between ", lo, " and ", hi, ", got ", i), key),
              std::nullopt;
@@ -70,6 +74,19 @@ class Fields {
   const Json& body_;
   std::optional<ApiError> error_;
 };
+
+// A logit_bias key: a token id in decimal digits only (no sign, blank or exponent), at most
+// INT32_MAX as everywhere else.
+std::optional<uint32_t> TokenIdKey(const std::string& key) {
+  if (key.empty() || key.size() > 10) return std::nullopt;
+  uint64_t id = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (id > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) return std::nullopt;
+  return static_cast<uint32_t>(id);
+}
 
 void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
   if (auto v = f.Number("temperature", 0, 2)) s.temperature = static_cast<float>(*v);
@@ -129,6 +146,11 @@ void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
       if (!id.is_number_unsigned()) {
         return f.Fail("'stop_token_ids' must be a list of non-negative integers", "stop_token_ids");
       }
+      if (id.get<uint64_t>() > std::numeric_limits<int32_t>::max()) {
+        return f.Fail(absl::StrCat("'stop_token_ids' entry ", id.get<uint64_t>(),
+                                   " is not a token id"),
+                      "stop_token_ids");
+      }
       s.stop_token_ids.push_back(id.get<uint32_t>());
     }
   }
@@ -136,17 +158,37 @@ void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
     const Json& bias = f.At("logit_bias");
     if (!bias.is_object()) return f.Fail("'logit_bias' must be an object", "logit_bias");
     for (const auto& [key, value] : bias.items()) {
-      char* end = nullptr;
-      const unsigned long id = std::strtoul(key.c_str(), &end, 10);
-      if (key.empty() || *end != '\0' || id > std::numeric_limits<int32_t>::max()) {
+      const std::optional<uint32_t> id = TokenIdKey(key);
+      if (!id) {
         return f.Fail(absl::StrCat("'logit_bias' key '", key, "' is not a token id"), "logit_bias");
       }
       if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
         return f.Fail("'logit_bias' values must be numbers between -100 and 100", "logit_bias");
       }
-      s.logit_bias.emplace_back(static_cast<uint32_t>(id), value.get<float>());
+      s.logit_bias.emplace_back(*id, value.get<float>());
     }
   }
+}
+
+// tools[i]: {"type": "function", "function": {"name": string, ...}} (OpenAI's only tool type).
+bool IsFunctionTool(const Json& tool) {
+  if (!tool.is_object() || tool.value("type", Json()) != "function") return false;
+  const auto fn = tool.find("function");
+  return fn != tool.end() && fn->is_object() && fn->contains("name") &&
+         fn->at("name").is_string();
+}
+
+// An assistant message's tool_calls[j]: a function call whose arguments are a JSON string (as
+// OpenAI sends them back) or an object.
+bool IsFunctionCall(const Json& call) {
+  if (!call.is_object()) return false;
+  const auto fn = call.find("function");
+  if (fn == call.end() || !fn->is_object() || !fn->contains("name") ||
+      !fn->at("name").is_string()) {
+    return false;
+  }
+  const auto args = fn->find("arguments");
+  return args == fn->end() || args->is_string() || args->is_object();
 }
 
 void ParseCommon(Fields& f, GenerationRequest& r) {
@@ -164,6 +206,11 @@ void ParseCommon(Fields& f, GenerationRequest& r) {
       }
       r.include_usage = o.at("include_usage").get<bool>();
     }
+  }
+  // best_of (vLLM takes it on both endpoints): only as many candidates as choices, since the
+  // router returns every choice it runs. Checked once n itself is valid.
+  if (auto v = f.Integer("best_of", 1, kMaxN); v && !f.error() && *v != int64_t{r.n}) {
+    return f.Fail("'best_of' different from 'n' is not supported", "best_of");
   }
   if (auto v = f.Integer("priority", -1000000, 1000000)) r.priority = static_cast<int32_t>(*v);
   if (auto v = f.String("user")) r.user = *v;
@@ -246,11 +293,50 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
     } else if (role != "assistant") {
       return ApiError::Invalid(param + ".content is required", param + ".content");
     }
+    if (m.contains("tool_calls") && !m.at("tool_calls").is_null()) {
+      const Json& calls = m.at("tool_calls");
+      bool ok = role == "assistant" && calls.is_array();
+      for (size_t j = 0; ok && j < calls.size(); ++j) ok = IsFunctionCall(calls[j]);
+      if (!ok) {
+        return ApiError::Invalid(param +
+                                     ".tool_calls must be an assistant's list of {\"type\": "
+                                     "\"function\", \"function\": {\"name\": ..., "
+                                     "\"arguments\": ...}}",
+                                 param + ".tool_calls");
+      }
+    }
   }
   r.messages = messages;
   if (f.Has("tools")) {
-    if (!f.At("tools").is_array()) return ApiError::Invalid("'tools' must be a list", "tools");
-    r.tools = f.At("tools");
+    const Json& tools = f.At("tools");
+    if (!tools.is_array()) return ApiError::Invalid("'tools' must be a list", "tools");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      if (!IsFunctionTool(tools[i])) {
+        return ApiError::Invalid(
+            absl::StrCat("tools[", i,
+                         "] must be {\"type\": \"function\", \"function\": {\"name\": ...}}"),
+            "tools");
+      }
+    }
+    r.tools = tools;
+  }
+  if (f.Has("tool_choice")) {
+    // The template sees the tools; decoding is not constrained to call one.
+    const Json& choice = f.At("tool_choice");
+    if (choice != "none" && choice != "auto") {
+      return ApiError::Invalid(choice == "required" || choice.is_object()
+                                   ? "only tool_choice \"auto\" and \"none\" are supported"
+                                   : "'tool_choice' must be \"none\", \"auto\", \"required\" "
+                                     "or a named function",
+                               "tool_choice");
+    }
+  }
+  if (auto echo = f.Bool("echo"); echo && *echo) {
+    return ApiError::Invalid("'echo' is not supported for chat completions", "echo");
+  }
+  if (f.Has("chat_template")) {
+    return ApiError::Invalid(
+        "a request's own 'chat_template' is not supported: the model's is used", "chat_template");
   }
   r.chat_template_kwargs = Json::object();
   if (f.Has("chat_template_kwargs")) {
@@ -335,11 +421,6 @@ ApiResult<GenerationRequest> ParseCompletionRequest(const Json& body) {
   if (auto v = f.Integer("logprobs", 0, kMaxTopLogprobs)) {
     r.logprobs = true;
     r.top_logprobs = static_cast<uint32_t>(*v);
-  }
-  if (auto v = f.Integer("best_of", 1, kMaxN)) {
-    if (static_cast<uint32_t>(*v) != (f.Has("n") ? f.At("n").get<uint32_t>() : 1u)) {
-      return ApiError::Invalid("'best_of' different from 'n' is not supported", "best_of");
-    }
   }
   ParseSampling(f, r.sampling, /*is_chat=*/false);
   if (!r.sampling.max_tokens) r.sampling.max_tokens = 16;  // the OpenAI completions default

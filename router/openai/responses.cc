@@ -38,13 +38,14 @@ Json ChatLogprobs(const std::vector<wv1::PositionLogprobs>& lps, const TokenRend
 }
 
 // Legacy completions logprobs over (optional echoed prompt) + generated tokens.
+// text_offset: where the first token's text starts; left past the last token's.
 Json CompletionLogprobs(const std::vector<uint32_t>* prompt_ids,
                         const std::vector<wv1::PositionLogprobs>& prompt_lps,
                         const std::vector<wv1::PositionLogprobs>& lps,
-                        const TokenRenderer& tok, size_t text_offset_start) {
+                        const TokenRenderer& tok, size_t& text_offset) {
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
        offsets = Json::array();
-  size_t offset = text_offset_start;
+  size_t& offset = text_offset;
   auto add = [&](uint32_t id, std::optional<float> lp, const wv1::PositionLogprobs* p) {
     const std::string text = tok.Text(id);
     tokens.push_back(text);
@@ -86,7 +87,11 @@ Json ToolCallsJson(const std::vector<output::ToolCall>& calls, const std::string
   return out;
 }
 
-Json StopReason(const std::optional<std::string>& r) { return r ? Json(*r) : Json(nullptr); }
+Json StopReasonJson(const std::optional<StopReason>& r) {
+  if (!r) return nullptr;
+  if (const auto* id = std::get_if<uint32_t>(&*r)) return *id;
+  return std::get<std::string>(*r);
+}
 
 }  // namespace
 
@@ -123,7 +128,7 @@ std::string ChatCompletionBody(const ResponseMeta& meta, const std::vector<Choic
     Json choice = {{"index", c.index}, {"message", std::move(message)}};
     choice["logprobs"] = with_logprobs ? ChatLogprobs(c.logprobs, tokens) : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
-    choice["stop_reason"] = StopReason(c.stop_reason);
+    choice["stop_reason"] = StopReasonJson(c.stop_reason);
     out_choices.push_back(std::move(choice));
   }
   return Dump(Json{{"id", meta.id},
@@ -141,11 +146,12 @@ std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceRes
   for (const ChoiceResult& c : choices) {
     const bool echo = c.prompt_ids != nullptr;
     Json choice = {{"index", c.index}, {"text", (echo ? c.prompt_text : "") + c.text.content}};
+    size_t text_offset = 0;
     choice["logprobs"] = with_logprobs ? CompletionLogprobs(c.prompt_ids, c.prompt_logprobs,
-                                                            c.logprobs, tokens, 0)
+                                                            c.logprobs, tokens, text_offset)
                                        : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
-    choice["stop_reason"] = StopReason(c.stop_reason);
+    choice["stop_reason"] = StopReasonJson(c.stop_reason);
     out_choices.push_back(std::move(choice));
   }
   return Dump(Json{{"id", meta.id},
@@ -185,7 +191,7 @@ std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool
                            ? ChatLogprobs(chunk.logprobs, tokens)
                            : Json(nullptr);
   choice["finish_reason"] = chunk.finish_reason ? Json(*chunk.finish_reason) : Json(nullptr);
-  if (chunk.finish_reason) choice["stop_reason"] = StopReason(chunk.stop_reason);
+  if (chunk.finish_reason) choice["stop_reason"] = StopReasonJson(chunk.stop_reason);
   return Dump(Json{{"id", meta.id},
                    {"object", "chat.completion.chunk"},
                    {"created", meta.created},
@@ -194,13 +200,15 @@ std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool
 }
 
 std::string CompletionChunkBody(const ResponseMeta& meta, const CompletionChunk& chunk,
-                                bool with_logprobs, const TokenRenderer& tokens) {
+                                bool with_logprobs, const TokenRenderer& tokens,
+                                size_t& text_offset) {
   Json choice = {{"index", chunk.index}, {"text", chunk.text}};
-  choice["logprobs"] = with_logprobs && !chunk.logprobs.empty()
-                           ? CompletionLogprobs(nullptr, {}, chunk.logprobs, tokens, 0)
+  choice["logprobs"] = with_logprobs && (!chunk.logprobs.empty() || chunk.prompt_ids != nullptr)
+                           ? CompletionLogprobs(chunk.prompt_ids, chunk.prompt_logprobs,
+                                                chunk.logprobs, tokens, text_offset)
                            : Json(nullptr);
   choice["finish_reason"] = chunk.finish_reason ? Json(*chunk.finish_reason) : Json(nullptr);
-  if (chunk.finish_reason) choice["stop_reason"] = StopReason(chunk.stop_reason);
+  if (chunk.finish_reason) choice["stop_reason"] = StopReasonJson(chunk.stop_reason);
   return Dump(Json{{"id", meta.id},
                    {"object", "text_completion"},
                    {"created", meta.created},

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/tokenizer/tokenizer.h"
@@ -36,12 +37,17 @@ struct UsageCounts {
   int64_t cached_tokens = 0;
 };
 
+// vLLM's stop_reason (an extension of OpenAI's): the matched stop string, or the matched
+// stop_token_ids entry, which the JSON gives as an integer; absent when the choice ended on EOS
+// or on its length.
+using StopReason = std::variant<std::string, uint32_t>;
+
 // Everything known about one finished choice.
 struct ChoiceResult {
   uint32_t index = 0;
   output::OutputText text;
   std::string finish_reason;               // stop | length | tool_calls | abort
-  std::optional<std::string> stop_reason;  // matched stop string (vLLM extension)
+  std::optional<StopReason> stop_reason;
   std::vector<xserv::worker::v1::PositionLogprobs> logprobs;         // one per output token
   std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;  // echo
   const std::vector<uint32_t>* prompt_ids = nullptr;                 // echo
@@ -67,7 +73,7 @@ struct ChatChunk {
   std::vector<output::ToolCallDelta> tool_calls;
   std::vector<xserv::worker::v1::PositionLogprobs> logprobs;
   std::optional<std::string> finish_reason;
-  std::optional<std::string> stop_reason;
+  std::optional<StopReason> stop_reason;
 };
 std::string ChatChunkBody(const ResponseMeta& meta, const ChatChunk& chunk, bool with_logprobs,
                           const TokenRenderer& tokens);
@@ -78,10 +84,17 @@ struct CompletionChunk {
   std::vector<uint32_t> token_ids;
   std::vector<xserv::worker::v1::PositionLogprobs> logprobs;
   std::optional<std::string> finish_reason;
-  std::optional<std::string> stop_reason;
+  std::optional<StopReason> stop_reason;
+  // echo: the prompt's ids (with its logprobs), in the choice's first chunk, whose text starts
+  // with the prompt's.
+  const std::vector<uint32_t>* prompt_ids = nullptr;
+  std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;
 };
+// `text_offset`: the choice's logprobs text_offset where this chunk's tokens start; advanced past
+// them, so that a stream's offsets run on across its chunks as the whole response's do.
 std::string CompletionChunkBody(const ResponseMeta& meta, const CompletionChunk& chunk,
-                                bool with_logprobs, const TokenRenderer& tokens);
+                                bool with_logprobs, const TokenRenderer& tokens,
+                                size_t& text_offset);
 
 // The final usage chunk of a stream (choices: []).
 std::string UsageChunkBody(const ResponseMeta& meta, const std::string& object,

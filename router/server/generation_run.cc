@@ -87,7 +87,7 @@ void GenerationRun::CancelAll() {
 }
 
 void GenerationRun::Finish(Choice& c, ChoiceUpdate& u, std::string reason,
-                           std::optional<std::string> stop_reason) {
+                           std::optional<StopReason> stop_reason) {
   output::OutputDelta tail = c.pipeline->Finish();
   c.text.Append(tail);
   u.delta.reasoning += tail.reasoning;
@@ -133,7 +133,8 @@ void GenerationRun::Handle(Event& e, std::vector<ChoiceUpdate>& updates) {
         c.error = absl::DeadlineExceededError("request timed out");
       }
     }
-    state_.metrics.CountRequest("error");
+    // A stream the router cancelled (the client went away) ends as an abort, as vLLM counts it.
+    state_.metrics.CountRequest(absl::IsCancelled(c.error) ? "abort" : "error");
     updates.push_back(ChoiceUpdate{.index = c.index, .error = c.error});
     return;
   }
@@ -181,11 +182,11 @@ void GenerationRun::Handle(Event& e, std::vector<ChoiceUpdate>& updates) {
   state_.metrics.ObserveQueueTime(f.queue_time_s());
   switch (f.reason()) {
     case wv1::FINISH_REASON_STOP: {
-      std::optional<std::string> stop_reason;
+      std::optional<StopReason> stop_reason;
       // vLLM reports a matched stop_token_ids entry (not EOS) as the stop reason.
       if (f.has_stop_token_id()) {
         for (uint32_t id : prepared_.sampling.stop_token_ids()) {
-          if (id == f.stop_token_id()) stop_reason = std::to_string(id);
+          if (id == f.stop_token_id()) stop_reason = id;
         }
       }
       Finish(c, u, "stop", stop_reason);

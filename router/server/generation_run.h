@@ -32,7 +32,7 @@ struct ChoiceUpdate {
   std::vector<xserv::worker::v1::PositionLogprobs> logprobs;         // for delta.token_ids
   std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;  // once, with echo
   std::optional<std::string> finish_reason;  // set on the choice's last update
-  std::optional<std::string> stop_reason;
+  std::optional<StopReason> stop_reason;
   absl::Status error;  // the choice failed (no finish_reason)
 };
 
@@ -82,7 +82,7 @@ class GenerationRun {
     std::vector<xserv::worker::v1::PositionLogprobs> logprobs;
     std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;
     std::string finish_reason;
-    std::optional<std::string> stop_reason;
+    std::optional<StopReason> stop_reason;
     absl::Status error;
     std::chrono::steady_clock::time_point last_token{};
   };
@@ -90,7 +90,7 @@ class GenerationRun {
   absl::Status Launch(Choice& choice);
   void Handle(Event& event, std::vector<ChoiceUpdate>& updates);
   void Finish(Choice& choice, ChoiceUpdate& update, std::string reason,
-              std::optional<std::string> stop_reason);
+              std::optional<StopReason> stop_reason);
 
   RouterState& state_;
   const PreparedGeneration prepared_;

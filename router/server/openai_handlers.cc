@@ -61,8 +61,10 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
   const TokenRenderer tokens{model.tokenizer.get(), req.return_tokens_as_token_ids};
   if (!co_await res.StartSse()) co_return;
   std::vector<bool> role_sent(run.num_choices(), false);
-  // Completions with echo: the prompt text comes first, in each choice's first chunk.
+  // Completions with echo: the prompt text (and its tokens' logprobs, which the worker sends
+  // with the first token) comes first, in each choice's first chunk.
   std::vector<bool> echo_pending(run.num_choices(), !chat && req.echo);
+  std::vector<size_t> text_offsets(run.num_choices(), 0);  // completions' logprobs text_offset
   absl::Status error;
   while (true) {
     std::vector<ChoiceUpdate> updates = co_await run.Next();
@@ -95,18 +97,23 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
           body = ChatChunkBody(meta, last, false, tokens);
         }
       } else {
-        std::string text = std::move(u.delta.content);
-        if (echo_pending[u.index]) {
-          text = run.prepared().prompts[u.index / run.prepared().n].text + text;
-          echo_pending[u.index] = false;
-        }
         CompletionChunk chunk{.index = u.index,
-                              .text = std::move(text),
+                              .text = std::move(u.delta.content),
                               .logprobs = std::move(u.logprobs),
                               .finish_reason = u.finish_reason,
                               .stop_reason = u.stop_reason};
-        if (chunk.text.empty() && chunk.logprobs.empty() && !chunk.finish_reason) continue;
-        body = CompletionChunkBody(meta, chunk, req.logprobs, tokens);
+        if (echo_pending[u.index]) {
+          const PreparedPrompt& prompt = run.prepared().prompts[u.index / run.prepared().n];
+          chunk.text = prompt.text + chunk.text;
+          chunk.prompt_ids = &prompt.ids;
+          chunk.prompt_logprobs = std::move(u.prompt_logprobs);
+          echo_pending[u.index] = false;
+        }
+        if (chunk.text.empty() && chunk.logprobs.empty() && chunk.prompt_ids == nullptr &&
+            !chunk.finish_reason) {
+          continue;
+        }
+        body = CompletionChunkBody(meta, chunk, req.logprobs, tokens, text_offsets[u.index]);
       }
       if (!body.empty() && !co_await res.SendSse(body)) {
         run.CancelAll();

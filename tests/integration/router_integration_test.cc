@@ -189,6 +189,85 @@ TEST_F(RouterTest, EchoWithZeroMaxTokensReturnsOnlyThePrompt) {
   EXPECT_EQ(Post(port(), "/v1/completions", body).status, 400);
 }
 
+// Streamed completions logprobs, echo included, are the whole response's cut into chunks: the
+// prompt's tokens and logprobs in the first chunk, text_offset running on across chunks.
+TEST_F(RouterTest, StreamedCompletionLogprobsEqualTheWholeResponses) {
+  for (int max_tokens : {6, 0}) {
+    json body = {{"prompt", "Once upon a time there was"}, {"max_tokens", max_tokens},
+                 {"echo", true}, {"logprobs", 1}, {"temperature", 0}};
+    const json whole = Post(port(), "/v1/completions", body).Json();
+    ASSERT_TRUE(whole.contains("choices")) << whole.dump();
+    body["stream"] = true;
+    const HttpResult r = Post(port(), "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    json streamed = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                     {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    std::string text;
+    for (const std::string& event : r.SseData()) {
+      if (event == "[DONE]") break;
+      const json choice = json::parse(event)["choices"][0];
+      text += choice["text"].get<std::string>();
+      if (choice["logprobs"].is_null()) continue;
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        for (const json& v : choice["logprobs"][key]) streamed[key].push_back(v);
+      }
+    }
+    const json& want = whole["choices"][0]["logprobs"];
+    EXPECT_EQ(text, whole["choices"][0]["text"]) << max_tokens;
+    EXPECT_GT(streamed["tokens"].size(), 3u) << max_tokens;
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      EXPECT_EQ(streamed[key], want[key]) << key << ", max_tokens " << max_tokens;
+    }
+  }
+}
+
+// A matched stop_token_ids entry is vLLM's stop_reason as an integer (a stop string's is the
+// string), streamed and not.
+TEST_F(RouterTest, StopTokenIdIsAnIntegerStopReason) {
+  json body = {{"prompt", "The quick brown fox"}, {"max_tokens", 8}, {"temperature", 0},
+               {"ignore_eos", true}, {"logprobs", 0}, {"return_tokens_as_token_ids", true}};
+  const json free_run = Post(port(), "/v1/completions", body).Json();
+  const std::string third = free_run["choices"][0]["logprobs"]["tokens"][2];
+  ASSERT_EQ(third.rfind("token_id:", 0), 0u) << third;
+  const uint32_t id = static_cast<uint32_t>(std::stoul(third.substr(9)));
+  body["stop_token_ids"] = json::array({id});
+  const json j = Post(port(), "/v1/completions", body).Json();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << j.dump();
+  EXPECT_EQ(j["choices"][0]["stop_reason"], id) << j.dump();
+  EXPECT_TRUE(j["choices"][0]["stop_reason"].is_number_unsigned()) << j.dump();
+  body["stream"] = true;
+  json last;
+  for (const std::string& event : Post(port(), "/v1/completions", body).SseData()) {
+    if (event != "[DONE]") last = json::parse(event);
+  }
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop") << last.dump();
+  EXPECT_EQ(last["choices"][0]["stop_reason"], id) << last.dump();
+}
+
+// The assistant turn of tool calls that OpenAI clients send back has "content": null; it renders
+// as "" (vLLM), here through the real Qwen3 template, which tests `'</think>' in content`.
+TEST_F(RouterTest, ToolCallTurnWithNullContentIsServed) {
+  json messages = json::array(
+      {{{"role", "user"}, {"content", "Weather?"}},
+       {{"role", "assistant"},
+        {"content", nullptr},
+        {"tool_calls", json::array({{{"id", "c1"},
+                                     {"type", "function"},
+                                     {"function", {{"name", "f"}, {"arguments", "{}"}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}});
+  const HttpResult r =
+      Post(port(), "/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 3}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  const json with_null = Post(port(), "/tokenize", json{{"messages", messages}}).Json();
+  messages[1]["content"] = "";
+  const json with_empty = Post(port(), "/tokenize", json{{"messages", messages}}).Json();
+  ASSERT_TRUE(with_null.contains("tokens")) << with_null.dump();
+  EXPECT_EQ(with_null["tokens"], with_empty["tokens"]);
+  messages[1].erase("content");
+  EXPECT_EQ(Post(port(), "/tokenize", json{{"messages", messages}}).Json()["tokens"],
+            with_empty["tokens"]);
+}
+
 TEST_F(RouterTest, ClientDisconnectFreesWorkerKv) {
   namespace asio = boost::asio;
   asio::io_context io;
@@ -218,6 +297,39 @@ TEST_F(RouterTest, ClientDisconnectFreesWorkerKv) {
   EXPECT_EQ(load.kv_blocks_free(), load.kv_blocks_total());
 }
 
+// A non-streaming client that leaves mid-generation is the client's doing: the router counts it
+// as status 499 and finish reason "abort", not as a server error (it was 500 and "error").
+TEST_F(RouterTest, ANonStreamingClientThatLeavesIsAnAbort) {
+  namespace asio = boost::asio;
+  const auto metric = [&](const std::string& series) {
+    const std::string metrics = HttpCall(port(), "GET", "/metrics").body;
+    const size_t at = metrics.find(series + " ");
+    return at == std::string::npos ? 0.0 : std::stod(metrics.substr(at + series.size() + 1));
+  };
+  const std::string aborts = R"(xserv:request_success_total{finished_reason="abort"})";
+  const std::string status_499 = R"(xserv:http_requests_total{status="499"})";
+  const std::string status_500 = R"(xserv:http_requests_total{status="500"})";
+  const double aborts_before = metric(aborts), before_499 = metric(status_499),
+               before_500 = metric(status_500);
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port())});
+  json body = Chat("Write forever", 3000);
+  body["ignore_eos"] = true;
+  const std::string payload = body.dump();
+  asio::write(s, asio::buffer("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                              "application/json\r\nContent-Length: " +
+                              std::to_string(payload.size()) + "\r\n\r\n" + payload));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // generating
+  s.close();
+  for (int i = 0; i < 300 && metric(status_499) == before_499; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(metric(status_499), before_499 + 1);
+  EXPECT_EQ(metric(aborts), aborts_before + 1);
+  EXPECT_EQ(metric(status_500), before_500);
+}
+
 TEST_F(RouterTest, MalformedRequestsGetOpenAiErrorsAndServingContinues) {
   auto expect_error = [&](const std::string& body, int status, const std::string& param) {
     HttpResult r = HttpCall(port(), "POST", "/v1/chat/completions", body);
@@ -242,6 +354,29 @@ TEST_F(RouterTest, MalformedRequestsGetOpenAiErrorsAndServingContinues) {
                "model");
   expect_error(R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", 400, "stop");
   expect_error(std::string(100, '[') + std::string(100, ']'), 400, "");
+  // Field combinations and ranges found by a hostile-client audit (session 32): each is the
+  // client's error, named, never a 500 or a silent truncation.
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  expect_error("{" + msgs + R"(, "best_of": 1, "n": "x"})", 400, "n");
+  expect_error("{" + msgs + R"(, "best_of": 3, "n": 2})", 400, "best_of");
+  expect_error("{" + msgs + R"(, "stop_token_ids": [4295031313]})", 400, "stop_token_ids");
+  expect_error("{" + msgs + R"(, "seed": 9223372036854775808})", 400, "seed");
+  expect_error("{" + msgs + R"(, "logit_bias": {" 100": 1}})", 400, "logit_bias");
+  expect_error("{" + msgs + R"(, "logit_bias": {"+5": 1}})", 400, "logit_bias");
+  expect_error("{" + msgs + R"(, "tool_choice": "bogus"})", 400, "tool_choice");
+  expect_error("{" + msgs + R"(, "tool_choice": "required"})", 400, "tool_choice");
+  expect_error("{" + msgs + R"(, "tools": [5]})", 400, "tools");
+  expect_error("{" + msgs + R"(, "echo": true})", 400, "echo");
+  expect_error("{" + msgs + R"(, "chat_template": "{{ 1 }}"})", 400, "chat_template");
+  expect_error(R"({"messages": [{"role": "user", "content": "x"},
+                                {"role": "assistant", "content": null, "tool_calls": 5}]})",
+               400, "messages[1].tool_calls");
+  for (const char* n : {R"("x")", "[]", "-1"}) {
+    HttpResult r = HttpCall(port(), "POST", "/v1/completions",
+                            std::string(R"({"prompt": "a", "best_of": 1, "n": )") + n + "}");
+    EXPECT_EQ(r.status, 400) << n << " -> " << r.body;
+    EXPECT_EQ(r.Json()["error"]["param"], "n") << r.body;
+  }
   HttpResult suffix = Post(port(), "/v1/completions", json{{"prompt", "a"}, {"suffix", "b"}});
   EXPECT_EQ(suffix.status, 400);
   EXPECT_EQ(HttpCall(port(), "GET", "/v1/chat/completions").status, 405);

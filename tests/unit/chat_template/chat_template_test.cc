@@ -141,5 +141,22 @@ TEST(ChatTemplateTest, OptionalMessageNormalisation) {
   EXPECT_EQ(RenderOrDie(*ct, req), "a\nb||True");
 }
 
+// An assistant turn of tool calls comes back from OpenAI clients with "content": null (or none at
+// all); templates that test `'</think>' in message.content` (Qwen3's) fail on None, so the serving
+// normalisation makes it "" as vLLM does. Without it the template sees None.
+TEST(ChatTemplateTest, NullContentBecomesEmptyWhenFlattened) {
+  auto ct = ChatTemplate::FromString(
+      "{% for m in messages %}[{{ 'x' in m.content }}:{{ m.content }}]{% endfor %}");
+  ASSERT_TRUE(ct.ok());
+  ChatRenderRequest req;
+  req.messages = Json::parse(R"([
+    {"role": "user", "content": "x"},
+    {"role": "assistant", "content": null, "tool_calls": []},
+    {"role": "assistant", "tool_calls": []}])");
+  EXPECT_FALSE(ct->Render(req).ok());
+  req.flatten_text_content = true;
+  EXPECT_EQ(RenderOrDie(*ct, req), "[True:x][False:][False:]");
+}
+
 }  // namespace
 }  // namespace xserv::chat_template
