@@ -24,6 +24,7 @@ Json CompletionBody(const v1::GenerateRequest& request) {
     body["prompt"] = std::move(ids);
   }
   if (request.priority() != 0) body["priority"] = request.priority();
+  if (request.has_add_special_tokens()) body["add_special_tokens"] = request.add_special_tokens();
   const v1::SamplingParams& s = request.sampling();
   if (s.has_temperature()) body["temperature"] = static_cast<double>(s.temperature());
   if (s.has_top_p()) body["top_p"] = static_cast<double>(s.top_p());

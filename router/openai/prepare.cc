@@ -4,6 +4,15 @@
 
 namespace xserv::router {
 
+std::vector<uint32_t> EncodeText(const ModelContext& model, const std::string& text,
+                                 bool add_special_tokens) {
+  std::vector<uint32_t> ids;
+  if (add_special_tokens && model.tokenizer->bos_id()) ids.push_back(*model.tokenizer->bos_id());
+  const std::vector<uint32_t> body = model.tokenizer->Encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
 ApiResult<PreparedPrompt> RenderChat(const GenerationRequest& request, const ModelContext& model) {
   if (!model.chat_template) {
     return ApiError::Invalid("this model has no chat template; use /v1/completions");
@@ -21,22 +30,24 @@ ApiResult<PreparedPrompt> RenderChat(const GenerationRequest& request, const Mod
   }
   PreparedPrompt out;
   out.text = std::move(*prompt);
-  out.ids = model.tokenizer->Encode(out.text);
+  out.ids = EncodeText(model, out.text, request.add_special_tokens);
   return out;
 }
 
+std::optional<ApiError> CheckModelName(const std::optional<std::string>& name,
+                                       const ModelContext& model) {
+  if (!name || *name == model.served_name) return std::nullopt;
+  ApiError e;
+  e.http_status = 404;
+  e.message = absl::StrCat("The model '", *name, "' does not exist; this server serves '",
+                           model.served_name, "'");
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
 ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const ModelContext& model) {
-  if (request.model && *request.model != model.served_name) {
-    ApiError e;
-    e.http_status = 404;
-    e.message = absl::StrCat("The model '", *request.model,
-                             "' does not exist; this server "
-                             "serves '",
-                             model.served_name, "'");
-    e.param = "model";
-    e.code = "model_not_found";
-    return e;
-  }
+  if (auto e = CheckModelName(request.model, model)) return *e;
   PreparedGeneration g;
   g.n = request.n;
   if (request.kind == GenerationRequest::Kind::kChat) {
@@ -48,7 +59,7 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
       PreparedPrompt prompt;
       if (const auto* text = std::get_if<std::string>(&p)) {
         prompt.text = *text;
-        prompt.ids = model.tokenizer->Encode(*text);
+        prompt.ids = EncodeText(model, *text, request.add_special_tokens);
       } else {
         prompt.ids = std::get<std::vector<uint32_t>>(p);
         for (uint32_t id : prompt.ids) {

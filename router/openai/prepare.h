@@ -34,6 +34,15 @@ struct PreparedGeneration {
 
 ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const ModelContext& model);
 
+// 404 model_not_found when a request names another model than the served one (absent: fine).
+std::optional<ApiError> CheckModelName(const std::optional<std::string>& name,
+                                       const ModelContext& model);
+
+// `text` as HF's tokenizer(text, add_special_tokens=...) gives it: the tokenizer's BOS first when
+// asked and it has one (common/tokenizer/tokenizer.h: Encode itself never adds it).
+std::vector<uint32_t> EncodeText(const ModelContext& model, const std::string& text,
+                                 bool add_special_tokens);
+
 // Renders and tokenises a chat request's messages (also used by /tokenize).
 ApiResult<PreparedPrompt> RenderChat(const GenerationRequest& request, const ModelContext& model);
 

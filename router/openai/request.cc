@@ -353,6 +353,10 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
     r.chat_template_kwargs["reasoning_effort"] = *effort;
   }
   if (auto v = f.Bool("add_generation_prompt")) r.add_generation_prompt = *v;
+  if (auto v = f.Bool("add_special_tokens")) r.add_special_tokens = *v;
+  if (auto v = f.Bool("continue_final_message"); v && *v) {
+    return ApiError::Invalid("'continue_final_message' is not supported", "continue_final_message");
+  }
   if (auto v = f.Bool("logprobs")) r.logprobs = *v;
   if (auto v = f.Integer("top_logprobs", 0, kMaxTopLogprobs)) {
     if (!r.logprobs) {
@@ -418,6 +422,7 @@ ApiResult<GenerationRequest> ParseCompletionRequest(const Json& body) {
     return ApiError::Invalid("'suffix' (fill-in-the-middle) is not supported", "suffix");
   }
   if (auto v = f.Bool("echo")) r.echo = *v;
+  r.add_special_tokens = f.Bool("add_special_tokens").value_or(true);
   if (auto v = f.Integer("logprobs", 0, kMaxTopLogprobs)) {
     r.logprobs = true;
     r.top_logprobs = static_cast<uint32_t>(*v);

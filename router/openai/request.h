@@ -50,6 +50,10 @@ struct GenerationRequest {
   // kCompletion: one or more prompts.
   std::vector<PromptInput> prompts;
   bool echo = false;
+  // vLLM's add_special_tokens: text is tokenised as HF's tokenizer(text) does, with the
+  // tokenizer's BOS in front where its post-processor adds one (Llama; not Qwen3, GPT-2 or
+  // gpt-oss). Default true for completions, false for chat, whose template writes its own.
+  bool add_special_tokens = false;
 
   SamplingRequest sampling;
   uint32_t n = 1;
