@@ -147,6 +147,11 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
   g.output.skip_special_tokens = s.skip_special_tokens;
   g.output.stop.stop = s.stop;
   g.output.stop.include_stop_str_in_output = s.include_stop_str_in_output;
+  g.output.final_token_ids = s.stop_token_ids;
+  if (!s.ignore_eos) {
+    g.output.final_token_ids.insert(g.output.final_token_ids.end(), model.eos_token_ids.begin(),
+                                    model.eos_token_ids.end());
+  }
   g.output.reasoning_format = request.kind == GenerationRequest::Kind::kChat
                                   ? model.reasoning_format
                                   : output::ReasoningFormat::kNone;

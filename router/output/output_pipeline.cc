@@ -1,5 +1,6 @@
 #include "router/output/output_pipeline.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace xserv::router::output {
@@ -71,6 +72,11 @@ OutputDelta OutputPipeline::Step(std::span<const uint32_t> ids) {
     if (finished_) break;
     out.token_ids.push_back(id);
     ++num_tokens_;
+    if (!params_.stop.include_stop_str_in_output && !parser_->IsMarker(id) &&
+        std::find(params_.final_token_ids.begin(), params_.final_token_ids.end(), id) !=
+            params_.final_token_ids.end()) {
+      continue;  // the generation's last id: its text stays out
+    }
     ParsedDelta parsed;
     if (parser_->IsMarker(id)) {
       // A marker ends any pending partial character, exactly as decoding it would.

@@ -39,6 +39,11 @@ struct OutputPipelineParams {
   StopStringOptions stop = {};
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   ReasoningParserOptions reasoning = {};
+  // Ids the worker ends a generation on (the request's stop_token_ids, and EOS unless
+  // ignore_eos): such an id is consumed and counted but its text is left out, unless
+  // stop.include_stop_str_in_output, as vLLM's detokenizer does for a stop-terminated request.
+  // The reasoning parser's markers are fed as always (they never show as text).
+  std::vector<uint32_t> final_token_ids = {};
 
   // InvalidArgument for bad stop strings (see StopStringOptions::Validate).
   absl::Status Validate() const { return stop.Validate(); }

@@ -242,6 +242,22 @@ TEST_F(RouterTest, StopTokenIdIsAnIntegerStopReason) {
   }
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop") << last.dump();
   EXPECT_EQ(last["choices"][0]["stop_reason"], id) << last.dump();
+  // The stop token is counted but its text is left out, unless include_stop_str_in_output (vLLM).
+  std::vector<uint32_t> first;
+  for (int i = 0; i < 3; ++i) {
+    first.push_back(static_cast<uint32_t>(std::stoul(
+        free_run["choices"][0]["logprobs"]["tokens"][i].get<std::string>().substr(9))));
+  }
+  const auto text_of = [&](size_t n) {
+    const json ids(std::vector<uint32_t>(first.begin(), first.begin() + n));
+    return Post(port(), "/detokenize", json{{"tokens", ids}}).Json()["prompt"].get<std::string>();
+  };
+  ASSERT_TRUE(first[0] != id && first[1] != id) << "the greedy run repeats its third token";
+  EXPECT_EQ(j["choices"][0]["text"], text_of(2));
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  body["stream"] = false;
+  body["include_stop_str_in_output"] = true;
+  EXPECT_EQ(Post(port(), "/v1/completions", body).Json()["choices"][0]["text"], text_of(3));
 }
 
 // The assistant turn of tool calls that OpenAI clients send back has "content": null; it renders

@@ -119,6 +119,29 @@ TEST(OutputPipelineTest, SkipSpecialTokens) {
   EXPECT_EQ(FeedEach(keep, ids, nullptr).content, "hi<|im_end|>");
 }
 
+// The id a generation ends on (a stop token, or EOS) is consumed and counted, but its text stays
+// out unless include_stop_str_in_output, as vLLM's detokenizer does for stop-terminated requests;
+// the same id inside the output (never, from the worker, but a caller's list) or an id not listed
+// is text as usual.
+TEST(OutputPipelineTest, AFinalTokensTextIsLeftOut) {
+  Ids ids = Bytes("hi");
+  ids.push_back(kImEnd);
+  OutputPipeline keep = Make({.skip_special_tokens = false, .final_token_ids = {kImEnd}});
+  const OutputText kept = FeedEach(keep, ids, nullptr);
+  EXPECT_EQ(kept.content, "hi");
+  EXPECT_EQ(kept.token_ids, ids);
+  EXPECT_EQ(keep.num_tokens(), ids.size());
+  OutputPipeline include = Make({.skip_special_tokens = false,
+                                 .stop = {.include_stop_str_in_output = true},
+                                 .final_token_ids = {kImEnd}});
+  EXPECT_EQ(FeedEach(include, ids, nullptr).content, "hi<|im_end|>");
+  // An ordinary token as the stop token: "i" ends "hi" and is not shown.
+  OutputPipeline plain = Make({.final_token_ids = {'i'}});
+  EXPECT_EQ(FeedEach(plain, Bytes("hi"), nullptr).content, "h");
+  OutputPipeline other = Make({.final_token_ids = {'x'}});
+  EXPECT_EQ(FeedEach(other, Bytes("hi"), nullptr).content, "hi");
+}
+
 TEST(OutputPipelineTest, MultiByteCharacterWaitsForItsLastByte) {
   OutputPipeline pipeline = Make({});
   std::vector<std::string> deltas;
