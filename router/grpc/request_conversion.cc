@@ -1,5 +1,7 @@
 #include "router/grpc/request_conversion.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace xserv::router::grpc_api {
@@ -73,6 +75,17 @@ ApiResult<GenerationRequest> ToGenerationRequest(const v1::GenerateRequest& requ
   if (request.input_case() == v1::GenerateRequest::kTokenIds &&
       request.token_ids().ids_size() == 0) {
     return ApiError::Invalid("the prompt is empty", "prompt");
+  }
+  // What the completions parser would word for HTTP (its echo, its prompt shapes), said here in
+  // this API's terms.
+  if (request.sampling().has_max_tokens() && request.sampling().max_tokens() == 0) {
+    return ApiError::Invalid("'max_tokens' must be at least 1", "max_tokens");
+  }
+  for (uint32_t id : request.token_ids().ids()) {
+    if (id > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      return ApiError::Invalid(absl::StrCat("token id ", id, " is outside the vocabulary"),
+                               "token_ids");
+    }
   }
   auto parsed = ParseCompletionRequest(CompletionBody(request));
   if (auto* r = std::get_if<GenerationRequest>(&parsed)) {

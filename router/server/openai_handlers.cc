@@ -346,7 +346,8 @@ ApiError NoRoute(const std::string& method, const std::string& path) {
 asio::awaitable<void> Dispatch(RouterState& state, const HttpRequest& req, HttpResponder& res) {
   const std::string path(req.path());
   const bool post = req.method == "POST";
-  const bool get = req.method == "GET";
+  // HEAD as GET without the body (the responder drops it): load balancers probe with either.
+  const bool get = req.method == "GET" || req.method == "HEAD";
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") {
     if (!get) {
       const ApiError error = MethodNotAllowed("GET");

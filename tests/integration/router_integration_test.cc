@@ -403,6 +403,10 @@ TEST_F(RouterTest, MalformedRequestsGetOpenAiErrorsAndServingContinues) {
 TEST_F(RouterTest, HealthReadyModelsMetrics) {
   EXPECT_EQ(HttpCall(port(), "GET", "/health").status, 200);
   EXPECT_EQ(HttpCall(port(), "GET", "/ready").status, 200);
+  const HttpResult head = HttpCall(port(), "HEAD", "/health");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.body.empty()) << head.body;
+  EXPECT_EQ(HttpCall(port(), "HEAD", "/ready").status, 200);
   const json models = HttpCall(port(), "GET", "/v1/models").Json();
   EXPECT_EQ(models["data"][0]["id"], "qwen3-tiny");
   const std::string metrics = HttpCall(port(), "GET", "/metrics").body;
