@@ -240,7 +240,9 @@ asio::awaitable<void> HandleModels(RouterState& state, HttpResponder& res) {
 ApiResult<bool> TokenizeFields(const Json& json, const ModelContext& model) {
   std::optional<std::string> name;
   if (json.contains("model") && !json.at("model").is_null()) {
-    if (!json.at("model").is_string()) return ApiError::Invalid("'model' must be a string", "model");
+    if (!json.at("model").is_string()) {
+      return ApiError::Invalid("'model' must be a string", "model");
+    }
     name = json.at("model").get<std::string>();
   }
   if (auto e = CheckModelName(name, model)) return *e;

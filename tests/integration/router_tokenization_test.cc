@@ -31,7 +31,9 @@ class RouterTokenizationTest : public ::testing::Test {
     stack_ = nullptr;
   }
   void SetUp() override {
-    if (stack_ == nullptr) GTEST_SKIP() << "Llama 3 tokenizer not fetched (scripts/fetch-assets.sh)";
+    if (stack_ == nullptr) {
+      GTEST_SKIP() << "Llama 3 tokenizer not fetched (scripts/fetch-assets.sh)";
+    }
   }
   static int port() { return stack_->port(); }
   static std::vector<uint32_t> Tokenize(const json& body) {
