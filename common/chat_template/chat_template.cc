@@ -70,10 +70,11 @@ absl::StatusOr<Value> ToValue(const Json& j, std::string_view what) {
   return v;
 }
 
-// vLLM's "string" content format: a list of only text parts becomes the texts joined by "\n".
+// vLLM's "string" content format: a list of only text parts becomes the texts joined by "\n",
+// and a null or missing content (any role) becomes "".
 Json FlattenContent(const Json& message) {
   auto it = message.find("content");
-  if (it == message.end() || it->is_null()) {  // an assistant turn of tool calls: "" (vLLM)
+  if (it == message.end() || it->is_null()) {  // e.g. an assistant turn of only tool calls
     Json copy = message;
     copy["content"] = "";
     return copy;

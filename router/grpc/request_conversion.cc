@@ -78,11 +78,15 @@ ApiResult<GenerationRequest> ToGenerationRequest(const v1::GenerateRequest& requ
   }
   // What the completions parser would word for HTTP (its echo, its prompt shapes), said here in
   // this API's terms.
-  if (request.sampling().has_max_tokens() && request.sampling().max_tokens() == 0) {
-    return ApiError::Invalid("'max_tokens' must be at least 1", "max_tokens");
+  constexpr uint32_t kMaxIds = std::numeric_limits<int32_t>::max();
+  const uint32_t max_tokens = request.sampling().max_tokens();
+  if (request.sampling().has_max_tokens() && (max_tokens == 0 || max_tokens > kMaxIds)) {
+    return ApiError::Invalid(
+        absl::StrCat("'max_tokens' must be between 1 and ", kMaxIds, ", got ", max_tokens),
+        "max_tokens");
   }
   for (uint32_t id : request.token_ids().ids()) {
-    if (id > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+    if (id > kMaxIds) {
       return ApiError::Invalid(absl::StrCat("token id ", id, " is outside the vocabulary"),
                                "token_ids");
     }

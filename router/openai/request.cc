@@ -181,7 +181,7 @@ bool IsFunctionTool(const Json& tool) {
 // An assistant message's tool_calls[j]: a function call whose arguments are a JSON string (as
 // OpenAI sends them back) or an object.
 bool IsFunctionCall(const Json& call) {
-  if (!call.is_object()) return false;
+  if (!call.is_object() || call.value("type", Json("function")) != "function") return false;
   const auto fn = call.find("function");
   if (fn == call.end() || !fn->is_object() || !fn->contains("name") ||
       !fn->at("name").is_string()) {
@@ -208,7 +208,8 @@ void ParseCommon(Fields& f, GenerationRequest& r) {
     }
   }
   // best_of (vLLM takes it on both endpoints): only as many candidates as choices, since the
-  // router returns every choice it runs. Checked once n itself is valid.
+  // router returns every choice it runs. Checked only while no field failed (n among them):
+  // one error is reported anyway.
   if (auto v = f.Integer("best_of", 1, kMaxN); v && !f.error() && *v != int64_t{r.n}) {
     return f.Fail("'best_of' different from 'n' is not supported", "best_of");
   }
@@ -323,6 +324,10 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
   if (f.Has("tool_choice")) {
     // The template sees the tools; decoding is not constrained to call one.
     const Json& choice = f.At("tool_choice");
+    if (r.tools.is_null()) {  // as OpenAI and vLLM
+      return ApiError::Invalid("'tool_choice' is only allowed when 'tools' are given",
+                               "tool_choice");
+    }
     if (choice != "none" && choice != "auto") {
       return ApiError::Invalid(choice == "required" || choice.is_object()
                                    ? "only tool_choice \"auto\" and \"none\" are supported"

@@ -37,8 +37,15 @@ Json ChatLogprobs(const std::vector<wv1::PositionLogprobs>& lps, const TokenRend
   return Json{{"content", std::move(content)}};
 }
 
+// Characters (code points) of UTF-8 text: what text_offset counts, as Python's len() in vLLM.
+size_t CodePoints(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 // Legacy completions logprobs over (optional echoed prompt) + generated tokens.
-// text_offset: where the first token's text starts; left past the last token's.
+// text_offset: where the first token's text starts, in characters; left past the last token's.
 Json CompletionLogprobs(const std::vector<uint32_t>* prompt_ids,
                         const std::vector<wv1::PositionLogprobs>& prompt_lps,
                         const std::vector<wv1::PositionLogprobs>& lps,
@@ -60,7 +67,7 @@ Json CompletionLogprobs(const std::vector<uint32_t>* prompt_ids,
       top.push_back(std::move(alts));
     }
     offsets.push_back(offset);
-    offset += text.size();
+    offset += CodePoints(text);
   };
   if (prompt_ids != nullptr) {
     for (size_t i = 0; i < prompt_ids->size(); ++i) {

@@ -90,8 +90,9 @@ struct CompletionChunk {
   const std::vector<uint32_t>* prompt_ids = nullptr;
   std::vector<xserv::worker::v1::PositionLogprobs> prompt_logprobs;
 };
-// `text_offset`: the choice's logprobs text_offset where this chunk's tokens start; advanced past
-// them, so that a stream's offsets run on across its chunks as the whole response's do.
+// `text_offset`: the choice's logprobs text_offset (in characters) where this chunk's tokens
+// start; advanced past them, so that a stream's offsets run on across its chunks as the whole
+// response's do.
 std::string CompletionChunkBody(const ResponseMeta& meta, const CompletionChunk& chunk,
                                 bool with_logprobs, const TokenRenderer& tokens,
                                 size_t& text_offset);

@@ -42,7 +42,9 @@ struct OutputPipelineParams {
   // Ids the worker ends a generation on (the request's stop_token_ids, and EOS unless
   // ignore_eos): such an id is consumed and counted but its text is left out, unless
   // stop.include_stop_str_in_output, as vLLM's detokenizer does for a stop-terminated request.
-  // The reasoning parser's markers are fed as always (they never show as text).
+  // The worker stops on the first of them it samples and bans them below min_tokens, so one can
+  // only be a generation's last id; the pipeline does not check that. The reasoning parser's
+  // markers are fed as always (they never show as text).
   std::vector<uint32_t> final_token_ids = {};
 
   // InvalidArgument for bad stop strings (see StopStringOptions::Validate).

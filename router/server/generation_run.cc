@@ -86,6 +86,16 @@ void GenerationRun::CancelAll() {
   }
 }
 
+void GenerationRun::Abandon() {
+  for (Choice& c : choices_) {
+    if (c.ended) continue;
+    c.ended = true;
+    c.error = absl::CancelledError("the client went away");
+    state_.metrics.CountRequest("abort");
+  }
+  CancelAll();
+}
+
 void GenerationRun::Finish(Choice& c, ChoiceUpdate& u, std::string reason,
                            std::optional<StopReason> stop_reason) {
   output::OutputDelta tail = c.pipeline->Finish();

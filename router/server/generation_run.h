@@ -49,6 +49,9 @@ class GenerationRun {
   boost::asio::awaitable<std::vector<ChoiceUpdate>> Next();
   // Cancels every stream still running (client gone, shutdown). Safe to call repeatedly.
   void CancelAll();
+  // The client went away while the caller will not wait on Next() again: every choice not yet
+  // ended counts as an abort, then CancelAll.
+  void Abandon();
 
   size_t num_choices() const { return choices_.size(); }
   const PreparedGeneration& prepared() const { return prepared_; }

@@ -61,8 +61,9 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
   const TokenRenderer tokens{model.tokenizer.get(), req.return_tokens_as_token_ids};
   if (!co_await res.StartSse()) co_return;
   std::vector<bool> role_sent(run.num_choices(), false);
-  // Completions with echo: the prompt text (and its tokens' logprobs, which the worker sends
-  // with the first token) comes first, in each choice's first chunk.
+  // Completions with echo: the prompt text (and its tokens' logprobs, which the worker sends all
+  // at once with the first token: engine_step.cc, prompt_logprobs_sent) comes first, in each
+  // choice's first chunk.
   std::vector<bool> echo_pending(run.num_choices(), !chat && req.echo);
   std::vector<size_t> text_offsets(run.num_choices(), 0);  // completions' logprobs text_offset
   absl::Status error;
@@ -87,7 +88,7 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
                                  !chunk.tool_calls.empty() || !chunk.logprobs.empty();
         if (has_payload) {
           if (!co_await res.SendSse(ChatChunkBody(meta, chunk, req.logprobs, tokens))) {
-            run.CancelAll();
+            run.Abandon();
             co_return;
           }
         }
@@ -116,7 +117,7 @@ asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
         body = CompletionChunkBody(meta, chunk, req.logprobs, tokens, text_offsets[u.index]);
       }
       if (!body.empty() && !co_await res.SendSse(body)) {
-        run.CancelAll();
+        run.Abandon();
         co_return;
       }
     }
@@ -352,7 +353,7 @@ asio::awaitable<void> Dispatch(RouterState& state, const HttpRequest& req, HttpR
   const bool get = req.method == "GET" || req.method == "HEAD";
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") {
     if (!get) {
-      const ApiError error = MethodNotAllowed("GET");
+      const ApiError error = MethodNotAllowed("GET or HEAD");
       co_await SendError(res, error);
     } else if (path == "/health") {
       co_await SendJson(res, 200, StatusBody("ok"));

@@ -283,7 +283,9 @@ TEST_F(RouterGrpcTest, InvalidRequestsAreInvalidArgumentAndWrongModelIsNotFound)
   r.mutable_token_ids()->add_ids(3000000000u);  // beyond the HTTP parser's int32 ids
   expect(r, grpc::StatusCode::INVALID_ARGUMENT, "vocabulary");
   r = Greedy("x", 0);  // no echo in this API: not the HTTP wording
-  expect(r, grpc::StatusCode::INVALID_ARGUMENT, "at least 1");
+  expect(r, grpc::StatusCode::INVALID_ARGUMENT, "between 1 and");
+  r = Greedy("x", 3000000000u);
+  expect(r, grpc::StatusCode::INVALID_ARGUMENT, "between 1 and");
   r = Greedy("x", 4);
   r.set_model("gpt-9");
   expect(r, grpc::StatusCode::NOT_FOUND, "gpt-9");

@@ -271,8 +271,13 @@ TEST_F(RouterTest, ToolCallTurnWithNullContentIsServed) {
                                      {"type", "function"},
                                      {"function", {{"name", "f"}, {"arguments", "{}"}}}}})}},
        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}});
-  const HttpResult r =
-      Post(port(), "/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 3}});
+  const json tools = json::array(
+      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  const HttpResult r = Post(port(), "/v1/chat/completions",
+                            json{{"messages", messages},
+                                 {"max_tokens", 3},
+                                 {"tools", tools},
+                                 {"tool_choice", "auto"}});
   EXPECT_EQ(r.status, 200) << r.body;
   const json with_null = Post(port(), "/tokenize", json{{"messages", messages}}).Json();
   messages[1]["content"] = "";
@@ -313,9 +318,9 @@ TEST_F(RouterTest, ClientDisconnectFreesWorkerKv) {
   EXPECT_EQ(load.kv_blocks_free(), load.kv_blocks_total());
 }
 
-// A non-streaming client that leaves mid-generation is the client's doing: the router counts it
-// as status 499 and finish reason "abort", not as a server error (it was 500 and "error").
-TEST_F(RouterTest, ANonStreamingClientThatLeavesIsAnAbort) {
+// A client that leaves mid-generation is the client's doing: the router counts it as finish
+// reason "abort" (and, not streaming, as status 499), not as a server error (500 and "error").
+TEST_F(RouterTest, AClientThatLeavesIsAnAbort) {
   namespace asio = boost::asio;
   const auto metric = [&](const std::string& series) {
     const std::string metrics = HttpCall(port(), "GET", "/metrics").body;
@@ -343,6 +348,25 @@ TEST_F(RouterTest, ANonStreamingClientThatLeavesIsAnAbort) {
   }
   EXPECT_EQ(metric(status_499), before_499 + 1);
   EXPECT_EQ(metric(aborts), aborts_before + 1);
+  EXPECT_EQ(metric(status_500), before_500);
+  // Streaming: the stream is cut after its first events.
+  asio::ip::tcp::socket streamed(io);
+  streamed.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port())});
+  body["stream"] = true;
+  const std::string stream_payload = body.dump();
+  asio::write(streamed,
+              asio::buffer("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                           "application/json\r\nContent-Length: " +
+                           std::to_string(stream_payload.size()) + "\r\n\r\n" + stream_payload));
+  char buf[2048];
+  size_t got = 0;
+  while (got < 1000) got += streamed.read_some(asio::buffer(buf));
+  streamed.close();
+  for (int i = 0; i < 300 && metric(aborts) == aborts_before + 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no second count either
+  EXPECT_EQ(metric(aborts), aborts_before + 2);
   EXPECT_EQ(metric(status_500), before_500);
 }
 

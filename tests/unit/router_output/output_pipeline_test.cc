@@ -121,8 +121,7 @@ TEST(OutputPipelineTest, SkipSpecialTokens) {
 
 // The id a generation ends on (a stop token, or EOS) is consumed and counted, but its text stays
 // out unless include_stop_str_in_output, as vLLM's detokenizer does for stop-terminated requests;
-// the same id inside the output (never, from the worker, but a caller's list) or an id not listed
-// is text as usual.
+// an id not listed is text as usual.
 TEST(OutputPipelineTest, AFinalTokensTextIsLeftOut) {
   Ids ids = Bytes("hi");
   ids.push_back(kImEnd);
