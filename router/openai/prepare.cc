@@ -148,6 +148,7 @@ ApiResult<PreparedGeneration> Prepare(const GenerationRequest& request, const Mo
   g.output.stop.stop = s.stop;
   g.output.stop.include_stop_str_in_output = s.include_stop_str_in_output;
   g.output.final_token_ids = s.stop_token_ids;
+  g.output.min_tokens = s.min_tokens.value_or(0);
   if (!s.ignore_eos) {
     g.output.final_token_ids.insert(g.output.final_token_ids.end(), model.eos_token_ids.begin(),
                                     model.eos_token_ids.end());

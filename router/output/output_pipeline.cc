@@ -55,8 +55,14 @@ OutputPipeline::OutputPipeline(const tokenizer::Tokenizer& tokenizer, OutputPipe
 
 void OutputPipeline::Emit(ParsedDelta& parsed, OutputDelta* out) {
   out->reasoning.append(parsed.reasoning);
-  for (ToolCallDelta& call : parsed.tool_calls) AppendToolCallDelta(std::move(call), &out->tool_calls);
+  for (ToolCallDelta& call : parsed.tool_calls) {
+    AppendToolCallDelta(std::move(call), &out->tool_calls);
+  }
   if (parsed.content.empty()) return;
+  if (num_tokens_ < params_.min_tokens) {
+    out->content.append(parsed.content);
+    return;
+  }
   StopStringMatcher::FeedResult fed = matcher_.Feed(parsed.content);
   out->content.append(fed.text);
   if (fed.stop_index.has_value()) {

@@ -46,6 +46,9 @@ struct OutputPipelineParams {
   // only be a generation's last id; the pipeline does not check that. The reasoning parser's
   // markers are fed as always (they never show as text).
   std::vector<uint32_t> final_token_ids = {};
+  // vLLM's min_tokens: stop strings are looked for only from this many generated ids on (text
+  // before is emitted as it comes, so a stop string that starts earlier is not matched).
+  size_t min_tokens = 0;
 
   // InvalidArgument for bad stop strings (see StopStringOptions::Validate).
   absl::Status Validate() const { return stop.Validate(); }

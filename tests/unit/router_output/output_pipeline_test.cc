@@ -141,6 +141,20 @@ TEST(OutputPipelineTest, AFinalTokensTextIsLeftOut) {
   EXPECT_EQ(FeedEach(other, Bytes("hi"), nullptr).content, "hi");
 }
 
+// min_tokens (vLLM): no stop string ends the output before that many ids; the first "hi" here
+// completes at the 2nd id, the second at the 4th.
+TEST(OutputPipelineTest, StopStringsWaitForMinTokens) {
+  OutputPipeline early = Make({.stop = {.stop = {"hi"}}});
+  const OutputText first = FeedEach(early, Bytes("hihi"), nullptr);
+  EXPECT_EQ(first.content, "");
+  EXPECT_EQ(early.num_tokens(), 2u);
+  OutputPipeline late = Make({.stop = {.stop = {"hi"}}, .min_tokens = 3});
+  const OutputText second = FeedEach(late, Bytes("hihi"), nullptr);
+  EXPECT_EQ(second.content, "hi");
+  EXPECT_EQ(second.stop_index, 0u);
+  EXPECT_EQ(late.num_tokens(), 4u);
+}
+
 TEST(OutputPipelineTest, MultiByteCharacterWaitsForItsLastByte) {
   OutputPipeline pipeline = Make({});
   std::vector<std::string> deltas;
