@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   app.add_option("--http-port", f.http_port, "0: any free port")->capture_default_str();
   app.add_option("--port", f.http_port, "alias of --http-port");
   app.add_option("--grpc-port", f.grpc_port, "public gRPC port (xserv.v1.Generation); 0: any free")
+      ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--port-file", f.port_file, "write the bound HTTP port here once serving");
   app.add_option("--grpc-port-file", f.grpc_port_file,
@@ -151,10 +152,18 @@ int main(int argc, char** argv) {
   app.add_option("--http-threads", f.http_threads)->capture_default_str();
   app.add_option("--api-key", f.limits.api_key, "require 'Authorization: Bearer KEY'")
       ->envname("XSERV_API_KEY");
-  app.add_option("--max-concurrent-requests", f.limits.max_in_flight)->capture_default_str();
-  app.add_option("--max-queued-requests", f.limits.max_queued)->capture_default_str();
-  app.add_option("--request-timeout-s", f.request_timeout_s)->capture_default_str();
-  app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
+  app.add_option("--max-concurrent-requests", f.limits.max_in_flight)
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--max-queued-requests", f.limits.max_queued)
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--request-timeout-s", f.request_timeout_s)
+      ->check(CLI::Range(0.001, 1e7))
+      ->capture_default_str();
+  app.add_option("--drain-timeout-s", f.drain_timeout_s)
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-router")) return *code;
   return xserv::router::Run(f);
 }

@@ -9,11 +9,13 @@
 // --drain-timeout-s, then abort the rest), tells the peers to stop and exits 0. A failed engine or
 // a broken communicator exits 1 so the supervisor restarts the whole replica.
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -685,20 +687,33 @@ int main(int argc, char** argv) {
   app.add_option("--port", f.port, "listen port (0: any free port)")->capture_default_str();
   app.add_option("--port-file", f.port_file, "write the bound port here once serving");
   app.add_option("--served-model-name", f.served_model_name, "default: the directory name");
-  app.add_option("--threads", f.threads, "CPU backend threads")->capture_default_str();
+  app.add_option("--threads", f.threads, "CPU backend threads")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs)->capture_default_str();
   app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
                  "tokens a step may hold (prompt chunks + decode rows); 0: 8192 on a GPU of at "
                  "least 70 GiB, else 2048")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   app.add_option("--max-model-len", f.max_model_len, "0: the model's maximum")
       ->capture_default_str();
-  app.add_option("--block-size", f.block_size)->capture_default_str();
+  app.add_option("--block-size", f.block_size)->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--kv-cache-memory", f.kv_cache_memory_gb, "KV pool size in GiB (CPU backend)")
       ->capture_default_str();
   app.add_option("--num-kv-blocks", f.num_kv_blocks, "exact KV pool size in blocks (overrides)");
   app.add_option("--swap-space-gb", f.swap_space_gb, "host swap pool for preemption (0: off)")
+      ->check([](const std::string& v) -> std::string {
+        // Within the host's memory: a larger pool is refused here, not by std::bad_alloc later.
+        const double gb = std::atof(v.c_str());
+        const double host_gb = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                               static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30);
+        if (gb < 0 || gb > host_gb) {
+          return absl::StrCat("must be between 0 and the host's ", static_cast<int>(host_gb),
+                              " GiB");
+        }
+        return "";
+      })
       ->capture_default_str();
   app.add_option("--preemption-mode", f.preemption_mode)
       ->check(CLI::IsMember({"swap", "recompute"}))

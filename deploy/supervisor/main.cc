@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
 #include "deploy/supervisor/supervisor.h"
@@ -65,13 +67,24 @@ int main(int argc, char** argv) {
     if (app.count("--http-port")) merged.http_port = t.http_port;
     if (app.count("--grpc-port")) merged.grpc_port = t.grpc_port;
     if (app.count("--host")) merged.host = t.host;
+    if (app.count("--worker-host")) merged.worker_host = t.worker_host;
+    if (app.count("--worker-base-port")) merged.worker_base_port = t.worker_base_port;
+    if (app.count("--grace-period-s")) merged.grace_period_s = t.grace_period_s;
+    if (app.count("--unhealthy-restart-s")) merged.unhealthy_restart_s = t.unhealthy_restart_s;
+    if (app.count("--worker-arg")) merged.worker_args = t.worker_args;
+    if (app.count("--router-arg")) merged.router_args = t.router_args;
     t = merged;
   }
-  for (size_t pos = 0; !devices.empty() && pos <= devices.size();) {
-    const size_t comma = devices.find(',', pos);
-    t.devices.push_back(std::stoi(devices.substr(pos, comma - pos)));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+  if (!devices.empty()) {  // replaces the file's list
+    t.devices.clear();
+    for (const std::string& ordinal : std::vector<std::string>(absl::StrSplit(devices, ','))) {
+      int device = -1;
+      if (!absl::SimpleAtoi(ordinal, &device) || device < 0) {
+        spdlog::error("--devices: '{}' is not a GPU ordinal (e.g. --devices 0,1)", ordinal);
+        return 2;
+      }
+      t.devices.push_back(device);
+    }
   }
   if (workers_only) t.start_router = false;
   if (!port_file.empty()) t.router_args.insert(t.router_args.end(), {"--port-file", port_file});

@@ -25,11 +25,24 @@ absl::Status Topology::Validate() const {
   if (tp < 1 || pp < 1 || replicas < 1) {
     return absl::InvalidArgumentError("--tp, --pp and --replicas must be at least 1");
   }
-  if (backend == "cuda" && !devices.empty() &&
-      static_cast<int>(devices.size()) != replicas * tp * pp) {
-    return absl::InvalidArgumentError(absl::StrCat("--devices lists ", devices.size(),
-                                                   " GPUs; the topology needs ",
-                                                   replicas * tp * pp));
+  // In 64 bits: the product of three ints overflows an int long before it is refused below.
+  const int64_t ranks = int64_t{replicas} * tp * pp;
+  if (ranks > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replicas x --tp x --pp is ", ranks, " worker processes; at most 65535"));
+  }
+  if (backend == "cuda" && !devices.empty() && static_cast<int64_t>(devices.size()) != ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--devices lists ", devices.size(), " GPUs; the topology needs ", ranks));
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] < 0) return absl::InvalidArgumentError("--devices must be GPU ordinals >= 0");
+    for (size_t j = 0; j < i; ++j) {
+      if (devices[j] == devices[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices lists GPU ", devices[i], " twice: one process per GPU"));
+      }
+    }
   }
   for (int port : {http_port, grpc_port}) {  // 0: the router picks a free port
     if (port < 0 || port > 65535) return absl::InvalidArgumentError("ports must be in 0..65535");
@@ -37,7 +50,7 @@ absl::Status Topology::Validate() const {
   if (worker_base_port < 1 || worker_base_port > 65535) {
     return absl::InvalidArgumentError("--worker-base-port must be in 1..65535");
   }
-  if (worker_base_port + replicas * tp * pp > 65536) {
+  if (worker_base_port + ranks > 65536) {
     return absl::InvalidArgumentError("worker ports run past 65535");
   }
   if (grace_period_s < 0) return absl::InvalidArgumentError("grace period must be >= 0");

@@ -52,6 +52,19 @@ TEST(Topology, ValidationNamesTheProblem) {
   t.backend = "cuda";
   t.devices = {0, 1};
   EXPECT_NE(t.Validate().message().find("--devices"), std::string::npos);
+  // One process per GPU: the same ordinal twice is refused.
+  t.tp = 2;
+  EXPECT_TRUE(t.Validate().ok());
+  t.devices = {1, 1};
+  EXPECT_NE(t.Validate().message().find("twice"), std::string::npos);
+  // Rank counts past an int's range are refused, not wrapped (65536 x 65536 was 0 workers).
+  t.devices.clear();
+  t.tp = 65536;
+  t.pp = 65536;
+  EXPECT_NE(t.Validate().message().find("at most 65535"), std::string::npos);
+  t.tp = 46341;
+  t.pp = 46341;
+  EXPECT_FALSE(t.Validate().ok());
 }
 
 TEST(Topology, LoadsJsonAndRejectsUnknownKeys) {
