@@ -5,6 +5,7 @@
 
 #include "common/grpc/status_conversion.h"
 #include "router/grpc/generate_call.h"
+#include "router/openai/prepare.h"
 
 namespace xserv::router::grpc_api {
 
@@ -41,11 +42,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       v1::TokenizeResponse* response) {
   if (absl::Status auth = CheckApiKey(*context); !auth.ok()) return Done(context, auth);
   const ModelContext& model = *state_.model;
-  // As HF's add_special_tokens: the tokenizer's BOS when it has one (Qwen3 has none).
-  if (request->add_special_tokens() && model.tokenizer->bos_id()) {
-    response->add_ids(*model.tokenizer->bos_id());
+  for (uint32_t id : EncodeText(model, request->text(), request->add_special_tokens())) {
+    response->add_ids(id);
   }
-  for (uint32_t id : model.tokenizer->Encode(request->text())) response->add_ids(id);
   response->set_max_context(static_cast<uint32_t>(model.max_context));
   return Done(context, absl::OkStatus());
 }

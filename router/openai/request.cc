@@ -170,23 +170,28 @@ void ParseSampling(Fields& f, SamplingRequest& s, bool is_chat) {
   }
 }
 
+// The "function" object of a tool or a tool call, when it names its function; else null.
+const Json* NamedFunction(const Json& holder) {
+  const auto fn = holder.find("function");
+  if (fn == holder.end() || !fn->is_object() || !fn->contains("name") ||
+      !fn->at("name").is_string()) {
+    return nullptr;
+  }
+  return &*fn;
+}
+
 // tools[i]: {"type": "function", "function": {"name": string, ...}} (OpenAI's only tool type).
 bool IsFunctionTool(const Json& tool) {
-  if (!tool.is_object() || tool.value("type", Json()) != "function") return false;
-  const auto fn = tool.find("function");
-  return fn != tool.end() && fn->is_object() && fn->contains("name") &&
-         fn->at("name").is_string();
+  return tool.is_object() && tool.value("type", Json()) == "function" &&
+         NamedFunction(tool) != nullptr;
 }
 
 // An assistant message's tool_calls[j]: a function call whose arguments are a JSON string (as
 // OpenAI sends them back) or an object.
 bool IsFunctionCall(const Json& call) {
   if (!call.is_object() || call.value("type", Json("function")) != "function") return false;
-  const auto fn = call.find("function");
-  if (fn == call.end() || !fn->is_object() || !fn->contains("name") ||
-      !fn->at("name").is_string()) {
-    return false;
-  }
+  const Json* fn = NamedFunction(call);
+  if (fn == nullptr) return false;
   const auto args = fn->find("arguments");
   return args == fn->end() || args->is_string() || args->is_object();
 }
@@ -378,6 +383,16 @@ ApiResult<GenerationRequest> ParseChatRequest(const Json& body) {
   }
   ParseSampling(f, r.sampling, /*is_chat=*/true);
   ParseCommon(f, r);
+  if (f.error()) return *f.error();
+  return r;
+}
+
+ApiResult<TokenizePromptRequest> ParseTokenizePromptRequest(const Json& body) {
+  TokenizePromptRequest r;
+  Fields f(body);
+  if (auto v = f.String("prompt")) r.prompt = *v;
+  r.model = f.String("model");
+  if (auto v = f.Bool("add_special_tokens")) r.add_special_tokens = *v;
   if (f.error()) return *f.error();
   return r;
 }

@@ -73,6 +73,15 @@ template <typename T>
 using ApiResult = std::variant<T, ApiError>;
 
 ApiResult<GenerationRequest> ParseChatRequest(const Json& body);
+
+// /tokenize of a prompt (vLLM's TokenizeCompletionRequest): the text, the model it names, and
+// add_special_tokens (default true, as for completions).
+struct TokenizePromptRequest {
+  std::string prompt;
+  std::optional<std::string> model;
+  bool add_special_tokens = true;
+};
+ApiResult<TokenizePromptRequest> ParseTokenizePromptRequest(const Json& body);
 ApiResult<GenerationRequest> ParseCompletionRequest(const Json& body);
 
 // Parses a request body into ordered JSON (nesting depth limited); a syntax error, invalid

@@ -236,24 +236,6 @@ asio::awaitable<void> HandleModels(RouterState& state, HttpResponder& res) {
   co_await SendJson(res, 200, ModelsBody(*state.model));
 }
 
-// /tokenize of a prompt: its model (if named) and add_special_tokens (vLLM: default true, as
-// completions); the value is add_special_tokens.
-ApiResult<bool> TokenizeFields(const Json& json, const ModelContext& model) {
-  std::optional<std::string> name;
-  if (json.contains("model") && !json.at("model").is_null()) {
-    if (!json.at("model").is_string()) {
-      return ApiError::Invalid("'model' must be a string", "model");
-    }
-    name = json.at("model").get<std::string>();
-  }
-  if (auto e = CheckModelName(name, model)) return *e;
-  if (!json.contains("add_special_tokens") || json.at("add_special_tokens").is_null()) return true;
-  if (!json.at("add_special_tokens").is_boolean()) {
-    return ApiError::Invalid("'add_special_tokens' must be a boolean", "add_special_tokens");
-  }
-  return json.at("add_special_tokens").get<bool>();
-}
-
 asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http_req,
                                      HttpResponder& res) {
   const std::optional<Json> body = co_await ReadJsonBody(http_req, res);
@@ -288,13 +270,20 @@ asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http
     }
     ids = std::get<PreparedPrompt>(rendered).ids;
   } else if (json.contains("prompt") && json.at("prompt").is_string()) {
-    auto fields = TokenizeFields(json, model);
-    if (auto* e = std::get_if<ApiError>(&fields)) {
-      const ApiError error = *e;
-      co_await SendError(res, error);
+    auto parsed = ParseTokenizePromptRequest(json);
+    std::optional<ApiError> error;
+    if (auto* e = std::get_if<ApiError>(&parsed)) {
+      error = *e;
+    } else {
+      error = CheckModelName(std::get<TokenizePromptRequest>(parsed).model, model);
+    }
+    if (error) {
+      const ApiError failed = *error;
+      co_await SendError(res, failed);
       co_return;
     }
-    ids = EncodeText(model, json.at("prompt").get<std::string>(), std::get<bool>(fields));
+    const TokenizePromptRequest& req = std::get<TokenizePromptRequest>(parsed);
+    ids = EncodeText(model, req.prompt, req.add_special_tokens);
   } else {
     const ApiError error =
         ApiError::Invalid("'prompt' (a string) or 'messages' is required", "prompt");
