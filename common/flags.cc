@@ -18,6 +18,19 @@ void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
   app.set_version_flag("--version", VersionString());
 }
 
+CLI::Validator NumberIn(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !(value >= min && value <= max)) {
+          return "must be a number in [" + CLI::detail::to_string(min) + ", " +
+                 CLI::detail::to_string(max) + "], got " + text;
+        }
+        return "";
+      },
+      "NUMBER in [" + CLI::detail::to_string(min) + " - " + CLI::detail::to_string(max) + "]");
+}
+
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* const* argv,
                                     const CommonFlags& flags, const std::string& process_name) {
   try {

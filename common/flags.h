@@ -25,6 +25,10 @@ struct CommonFlags {
 
 void AddCommonFlags(CLI::App& app, CommonFlags& flags);
 
+// A number in [min, max]. Unlike CLI::Range, it refuses NaN ("nan" parses as a double and passes
+// both of Range's comparisons), so durations and sizes cast to integers later stay defined.
+CLI::Validator NumberIn(double min, double max);
+
 // Parses argv and initialises logging. Returns an exit code when the program should stop now
 // (--help, --version, a usage error), std::nullopt when it should run.
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* const* argv,

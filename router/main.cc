@@ -3,14 +3,18 @@
 //
 // Start-up: load the tokenizer and chat template from --model, probe the replicas until one
 // answers Info (context length, vocabulary), then serve HTTP and gRPC. SIGTERM/SIGINT: refuse new
-// requests (503), let in-flight ones finish within --drain-timeout-s, stop, exit 0.
+// requests (503), let in-flight ones finish within --drain-timeout-s, end those still running
+// with an error (about 2 s more), stop, exit 0. The supervisor's --grace-period-s covers this.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
 #include "router/grpc/grpc_server.h"
@@ -46,6 +50,21 @@ void WritePortFile(const std::string& path, int port) {
   std::filesystem::rename(path + ".tmp", path);
 }
 
+// "host:port" (a name, an IPv4 address or a bracketed IPv6 one) with a port in 1..65535, or a
+// gRPC target with a scheme ("dns:///host:port", "unix:/path"): anything else would only make
+// the router wait for a replica that can never answer.
+bool IsWorkerAddress(const std::string& address) {
+  if (absl::StrContains(address, ":/")) return true;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const std::string host = address.substr(0, colon);
+  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
+    return false;  // an IPv6 address needs brackets, or the port is ambiguous
+  }
+  int port = 0;
+  return absl::SimpleAtoi(address.substr(colon + 1), &port) && port >= 1 && port <= 65535;
+}
+
 int Run(RouterFlags& f) {
   RouterState state;
   auto model = ModelContext::Load(f.model_dir, f.served_model_name);
@@ -58,8 +77,13 @@ int Run(RouterFlags& f) {
       std::chrono::milliseconds(static_cast<int64_t>(f.request_timeout_s * 1000));
   state.limits = f.limits;
   ReplicaPoolOptions pool_options;
-  for (absl::string_view w : absl::StrSplit(f.workers, ',', absl::SkipEmpty())) {
-    pool_options.addresses.emplace_back(w);
+  for (absl::string_view w : absl::StrSplit(f.workers, ',', absl::SkipWhitespace())) {
+    const std::string address(absl::StripAsciiWhitespace(w));
+    if (!IsWorkerAddress(address)) {
+      spdlog::error("--workers: '{}' is not a replica leader address (host:port)", address);
+      return 2;
+    }
+    pool_options.addresses.push_back(address);
   }
   if (pool_options.addresses.empty()) {
     spdlog::error("--workers lists no replica");
@@ -112,8 +136,19 @@ int Run(RouterFlags& f) {
   state.draining = true;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(f.drain_timeout_s * 1000));
-  while ((state.in_flight > 0 || state.queued > 0) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto wait_for_requests = [&state](std::chrono::steady_clock::time_point until) {
+    while ((state.in_flight > 0 || state.queued > 0) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  wait_for_requests(deadline);
+  if (state.in_flight > 0 || state.queued > 0) {
+    // Requests still running get an error (SSE error event and [DONE], 503, gRPC UNAVAILABLE)
+    // rather than a connection cut by the servers' Stop.
+    spdlog::warn("drain timeout: ending {} request(s) in flight and {} queued with an error",
+                 state.in_flight.load(), state.queued.load());
+    state.shutdown.Fire();
+    wait_for_requests(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   }
   (*grpc_server)->Stop();
   (*server)->Stop();
@@ -139,8 +174,10 @@ int main(int argc, char** argv) {
   app.add_option("--workers", f.workers, "comma-separated replica leader addresses host:port")
       ->required();
   app.add_option("--host", f.host)->capture_default_str();
-  app.add_option("--http-port", f.http_port, "0: any free port")->capture_default_str();
-  app.add_option("--port", f.http_port, "alias of --http-port");
+  app.add_option("--http-port", f.http_port, "0: any free port")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--port", f.http_port, "alias of --http-port")->check(CLI::Range(0, 65535));
   app.add_option("--grpc-port", f.grpc_port, "public gRPC port (xserv.v1.Generation); 0: any free")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
@@ -148,8 +185,11 @@ int main(int argc, char** argv) {
   app.add_option("--grpc-port-file", f.grpc_port_file,
                  "write the bound gRPC port here once serving");
   app.add_option("--grpc-threads", f.grpc_threads, "threads running gRPC Generate streams")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--http-threads", f.http_threads)->capture_default_str();
+  app.add_option("--http-threads", f.http_threads)
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--api-key", f.limits.api_key, "require 'Authorization: Bearer KEY'")
       ->envname("XSERV_API_KEY");
   app.add_option("--max-concurrent-requests", f.limits.max_in_flight)
@@ -159,10 +199,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_option("--request-timeout-s", f.request_timeout_s)
-      ->check(CLI::Range(0.001, 1e7))
+      ->check(xserv::NumberIn(0.001, 1e7))
       ->capture_default_str();
   app.add_option("--drain-timeout-s", f.drain_timeout_s)
-      ->check(CLI::Range(0.0, 1e7))
+      ->check(xserv::NumberIn(0, 1e7))
       ->capture_default_str();
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-router")) return *code;
   return xserv::router::Run(f);

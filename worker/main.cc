@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -187,9 +188,42 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block, int64_t reserved
   return static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
 }
 
+// Tokens per request: --max-model-len, or the model's max_position_embeddings; never more than
+// the model allows, nor than the KV pool holds (one request must fit, as vLLM requires). An
+// explicit --max-model-len the pool cannot hold is an error; the default shrinks, with a warning.
+absl::StatusOr<int> MaxModelLen(const WorkerFlags& f, const ModelConfig& config,
+                                int64_t num_blocks) {
+  if (f.max_model_len == 1) return absl::InvalidArgumentError("--max-model-len must be >= 2");
+  if (f.max_model_len > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len ", f.max_model_len, " exceeds the model's context of ",
+                     config.max_position_embeddings, " tokens (max_position_embeddings)"));
+  }
+  const int64_t wanted = f.max_model_len > 0 ? f.max_model_len : config.max_position_embeddings;
+  const int64_t pool_tokens = num_blocks * f.block_size;
+  if (wanted <= pool_tokens) return static_cast<int>(wanted);
+  const std::string pool = absl::StrCat("the KV pool holds ", pool_tokens, " tokens (",
+                                        num_blocks, " blocks of ", f.block_size, ")");
+  if (f.max_model_len > 0 || pool_tokens < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        pool, ", fewer than one request of ", wanted,
+        " tokens needs: give the pool more memory (--gpu-memory-utilization, --kv-cache-memory, "
+        "--num-kv-blocks) or lower --max-model-len"));
+  }
+  spdlog::warn("{}: the context is limited to that (the model allows {})", pool, wanted);
+  return static_cast<int>(pool_tokens);
+}
+
 // Rank arithmetic of a TP x PP replica: global rank = pp_rank * tp_size + tp_rank. The leader
 // (scheduler, sampling, the router's endpoint) is TP rank 0 of the LAST stage, where the logits
 // are: stage 0 embeds, the last stage samples.
+// The host's physical memory: pools larger than it are refused at the flag, not by
+// std::bad_alloc later.
+double HostMemoryGb() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30);
+}
+
 int GlobalRank(const WorkerFlags& f) { return f.pp_rank * f.tp_size + f.tp_rank; }
 int LeaderRank(const WorkerFlags& f) { return (f.pp_size - 1) * f.tp_size; }
 bool IsLeader(const WorkerFlags& f) { return GlobalRank(f) == LeaderRank(f); }
@@ -404,6 +438,32 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
   return fail(0);
 }
 
+// Until the worker serves, SIGTERM / SIGINT end it at once: nothing is in flight to drain, and
+// weight loading or a rendezvous can take minutes that the supervisor's grace period (after
+// which it would SIGKILL) does not wait for. Its thread consumes the signals until destroyed,
+// just before the serving loop takes over.
+class StartupSignalWatcher {
+ public:
+  StartupSignalWatcher()
+      : thread_([this] {
+          while (!stop_) {
+            if (const int sig = WaitForShutdownSignal(std::chrono::milliseconds(100)); sig != 0) {
+              spdlog::info("signal {} while starting: exiting (nothing is served yet)", sig);
+              spdlog::default_logger()->flush();
+              std::_Exit(0);
+            }
+          }
+        }) {}
+  ~StartupSignalWatcher() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 int Run(const WorkerFlags& f) {
   if (const absl::Status layout = CheckLayout(f); !layout.ok()) {
     spdlog::error("{}", layout.ToString());
@@ -432,6 +492,7 @@ int Run(const WorkerFlags& f) {
   identity.layout.set_pp_rank(f.pp_rank);
   identity.layout.set_replica_id(f.replica_id);
   identity.block_size = f.block_size;
+  auto watcher = std::make_unique<StartupSignalWatcher>();
   RendezvousStore store(f.replica_epoch);
   WorkerService service(nullptr, &store, identity);
   auto started = StartGrpcServer(f.host, f.port, {&service});
@@ -472,6 +533,7 @@ int Run(const WorkerFlags& f) {
                                                         .fp8_matmuls = f.backend == "cuda" &&
                                                                        f.fp8_matmuls,
                                                         .fp8_lm_head = f.fp8_lm_head,
+                                                        .max_positions = f.max_model_len,
                                                         .on_progress = [&](uint64_t loaded,
                                                                            uint64_t total) {
                                                           service.SetLoadProgress(loaded, total);
@@ -518,9 +580,12 @@ int Run(const WorkerFlags& f) {
     spdlog::error("the KV budget holds no block of {} bytes", bytes_per_block);
     return fail(1);
   }
-  const int max_model_len = f.max_model_len > 0
-                                ? std::min<int>(f.max_model_len, config.max_position_embeddings)
-                                : static_cast<int>(config.max_position_embeddings);
+  const absl::StatusOr<int> context = MaxModelLen(f, config, *num_blocks);
+  if (!context.ok()) {
+    spdlog::error("{}", std::string(context.status().message()));
+    return fail(1);
+  }
+  const int max_model_len = *context;
   auto kv = model::KvCache::Allocate(backend, rank_config, *num_blocks, f.block_size, *host_blocks,
                                      kv_layout);
   if (!kv.ok()) {
@@ -563,6 +628,7 @@ int Run(const WorkerFlags& f) {
   identity.kv_cache_dtype = kv_layout.fp8 ? "fp8_e4m3" : absl::AsciiStrToLower(identity.dtype);
 
   if (!IsLeader(f)) {
+    watcher.reset();  // the peer's own loop handles signals from here
     return RunPeer(f, ec, backend, **model, *kv, service, identity, bound_port, fail);
   }
 
@@ -577,6 +643,7 @@ int Run(const WorkerFlags& f) {
                                                : (f.backend == "cuda" ? 120.0 : 0.0));
   service.SetEngine(engine->get(), identity);
   (*engine)->Start();
+  watcher.reset();  // the serving loop below handles signals from here
   service.SetServing();
   WritePortFile(f.port_file, bound_port);
   spdlog::info("serving xserv.worker.v1.Worker on {}:{}", f.host, bound_port);
@@ -624,6 +691,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", f.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "fraction of device memory for weights + KV (cuda)")
+      ->check(xserv::NumberIn(0.01, 1))
       ->capture_default_str();
   app.add_option("--batch-invariant", f.batch_invariant,
                  "cuda: matmul results independent of batch composition, so concurrent greedy "
@@ -649,6 +717,7 @@ int main(int argc, char** argv) {
   app.add_option("--step-timeout-s", f.step_timeout_s,
                  "health turns FAILED while one engine step runs longer than this (the supervisor "
                  "then restarts the replica); 0: never; -1: 120 on cuda, never on cpu")
+      ->check(xserv::NumberIn(-1, 1e7))
       ->capture_default_str();
   app.add_option("--pp-nccl", f.pp_nccl,
                  "cuda: pipeline stages hand hidden states over with NCCL send/recv on the "
@@ -690,30 +759,26 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads, "CPU backend threads")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--max-num-seqs", f.max_num_seqs)->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs)
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
                  "tokens a step may hold (prompt chunks + decode rows); 0: 8192 on a GPU of at "
                  "least 70 GiB, else 2048")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  app.add_option("--max-model-len", f.max_model_len, "0: the model's maximum")
+  app.add_option("--max-model-len", f.max_model_len,
+                 "tokens per request, prompt and output (0: the model's maximum, or what the KV "
+                 "pool holds if less)")
+      ->check(CLI::Range(0, std::numeric_limits<int32_t>::max()))
       ->capture_default_str();
   app.add_option("--block-size", f.block_size)->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--kv-cache-memory", f.kv_cache_memory_gb, "KV pool size in GiB (CPU backend)")
+      ->check(xserv::NumberIn(0, xserv::worker::HostMemoryGb()))
       ->capture_default_str();
   app.add_option("--num-kv-blocks", f.num_kv_blocks, "exact KV pool size in blocks (overrides)");
   app.add_option("--swap-space-gb", f.swap_space_gb, "host swap pool for preemption (0: off)")
-      ->check([](const std::string& v) -> std::string {
-        // Within the host's memory: a larger pool is refused here, not by std::bad_alloc later.
-        const double gb = std::atof(v.c_str());
-        const double host_gb = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                               static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30);
-        if (gb < 0 || gb > host_gb) {
-          return absl::StrCat("must be between 0 and the host's ", static_cast<int>(host_gb),
-                              " GiB");
-        }
-        return "";
-      })
+      ->check(xserv::NumberIn(0, xserv::worker::HostMemoryGb()))
       ->capture_default_str();
   app.add_option("--preemption-mode", f.preemption_mode)
       ->check(CLI::IsMember({"swap", "recompute"}))
@@ -742,7 +807,9 @@ int main(int argc, char** argv) {
                  "while requests run, new ones wait up to this many steps to start together "
                  "(sooner when they fill a step's token budget); 0: every step admits")
       ->capture_default_str();
-  app.add_option("--drain-timeout-s", f.drain_timeout_s)->capture_default_str();
+  app.add_option("--drain-timeout-s", f.drain_timeout_s)
+      ->check(xserv::NumberIn(0, 1e7))
+      ->capture_default_str();
   app.add_option("--tp-size", f.tp_size, "tensor-parallel ranks in this replica")
       ->capture_default_str();
   app.add_option("--tp-rank", f.tp_rank)->capture_default_str();
@@ -757,6 +824,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--comm-timeout-s", f.comm_timeout_s,
                  "longest wait in a collective (rendezvous included) before the rank gives up")
+      ->check(xserv::NumberIn(5, 1e7))
       ->capture_default_str();
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-worker")) return *code;
   f.max_num_batched_tokens = xserv::worker::StepTokenBudget(f);

@@ -43,9 +43,17 @@ int main(int argc, char** argv) {
   app.add_option("--worker-arg", t.worker_args, "extra worker flag (repeatable)");
   app.add_option("--router-arg", t.router_args, "extra router flag (repeatable)");
   app.add_flag("--workers-only", workers_only, "do not start a router");
-  app.add_option("--grace-period-s", t.grace_period_s)->capture_default_str();
+  app.add_option("--grace-period-s", t.grace_period_s,
+                 "SIGTERM: how long the router, then the workers, may take to drain (the "
+                 "router's --drain-timeout-s is this minus 5 s unless --router-arg sets it)")
+      ->capture_default_str();
   app.add_option("--unhealthy-restart-s", t.unhealthy_restart_s,
                  "restart a ready replica whose leader fails health probes this long (0: never)")
+      ->capture_default_str();
+  app.add_option("--max-start-failures", t.max_start_failures,
+                 "give up a replica after this many failed starts in a row, the router after "
+                 "this many exits within a minute of starting; the supervisor exits 1 when no "
+                 "replica or no router is left (0: never give up)")
       ->capture_default_str();
   app.add_option("--bin-dir", bin_dir, "where xserv-worker/xserv-router are (default: beside me)");
   if (auto code = xserv::ParseCommandLine(app, argc, argv, common, "xserv-supervisor")) {
@@ -71,6 +79,7 @@ int main(int argc, char** argv) {
     if (app.count("--worker-base-port")) merged.worker_base_port = t.worker_base_port;
     if (app.count("--grace-period-s")) merged.grace_period_s = t.grace_period_s;
     if (app.count("--unhealthy-restart-s")) merged.unhealthy_restart_s = t.unhealthy_restart_s;
+    if (app.count("--max-start-failures")) merged.max_start_failures = t.max_start_failures;
     if (app.count("--worker-arg")) merged.worker_args = t.worker_args;
     if (app.count("--router-arg")) merged.router_args = t.router_args;
     t = merged;

@@ -2,11 +2,15 @@
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc/status_conversion.h"
@@ -80,17 +84,32 @@ std::vector<std::string> Supervisor::RouterArgv() const {
                                    "--host", topology_.host,
                                    "--http-port", std::to_string(topology_.http_port),
                                    "--grpc-port", std::to_string(topology_.grpc_port)};
+  // The router's drain fits in the grace period: its drain timeout, about 2 s to end what is
+  // still running with an error, and its servers' stop. Given in router_args, that one wins.
+  const bool drain_given =
+      absl::c_any_of(topology_.router_args, [](const std::string& a) {
+        return a == "--drain-timeout-s" || absl::StartsWith(a, "--drain-timeout-s=");
+      });
+  if (!drain_given) {
+    argv.push_back(
+        absl::StrCat("--drain-timeout-s=", std::max(0.0, topology_.grace_period_s - 5)));
+  }
   argv.insert(argv.end(), topology_.router_args.begin(), topology_.router_args.end());
   return argv;
 }
 
 bool Supervisor::Launch(Child& child) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     spdlog::error("fork for {} failed", child.name);
     return false;
   }
   if (pid == 0) {
+    // A supervisor killed outright (kill -9, OOM) takes its children along: orphans would keep
+    // the ports and GPUs and answer the probes of the supervisor started in its place.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // it died before prctl took effect
     UnblockAllSignals();  // children handle their own signals
     for (const std::string& kv : child.env) putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> argv;
@@ -131,6 +150,14 @@ void Supervisor::ReapChildren() {
     if (pid == router_.pid) {
       router_.pid = -1;
       const auto delay = router_backoff_.OnFailure(Uptime(router_.started));
+      // The backoff counts exits within a minute of their start, in a row.
+      if (topology_.max_start_failures > 0 &&
+          router_backoff_.failures() >= topology_.max_start_failures) {
+        spdlog::error("router exited ({}), {} times in a row soon after starting; giving up", how,
+                      router_backoff_.failures());
+        router_given_up_ = true;
+        continue;
+      }
       spdlog::warn("router exited ({}); restarting in {} ms", how, delay.count());
       router_restart_at_ = Clock::now() + delay;
       continue;
@@ -140,13 +167,10 @@ void Supervisor::ReapChildren() {
       for (Child& child : replica.ranks) {
         if (child.pid != pid) continue;
         child.pid = -1;
-        if (replica.state == ReplicaState::kBackoff) continue;  // a rank we killed ourselves
-        const auto delay = replica.backoff.OnFailure(Uptime(child.started));
-        spdlog::warn("{} exited ({}); restarting replica {} in {} ms", child.name, how, r,
-                     delay.count());
-        replica.state = ReplicaState::kBackoff;
-        replica.restart_at = Clock::now() + delay;
-        KillReplica(r, SIGKILL);  // the survivors' communicators are useless now
+        if (replica.state == ReplicaState::kBackoff || replica.state == ReplicaState::kGivenUp) {
+          continue;  // a rank we killed ourselves
+        }
+        OnReplicaFailure(r, absl::StrCat(child.name, " exited (", how, ")"));
       }
     }
   }
@@ -206,13 +230,34 @@ void Supervisor::ProbeReady() {
                                                                   health->state()),
                                                   " ", health->detail())
                                    : std::string("does not answer health probes");
-    const auto delay = replica.backoff.OnFailure(Uptime(replica.ranks[0].started));
-    spdlog::warn("replica {}: the leader {} for {:.0f} s; killing it, restarting in {} ms", r,
-                 why, topology_.unhealthy_restart_s, delay.count());
-    replica.state = ReplicaState::kBackoff;
-    replica.restart_at = Clock::now() + delay;
-    KillReplica(r, SIGKILL);  // SIGKILL ends a stopped or hung process too
+    OnReplicaFailure(r, absl::StrCat("the leader ", why, " for ",
+                                     absl::SixDigits(topology_.unhealthy_restart_s), " s"));
   }
+}
+
+void Supervisor::OnReplicaFailure(size_t r, const std::string& why) {
+  Replica& replica = replicas_[r];
+  if (replica.state == ReplicaState::kStarting) ++replica.start_failures;
+  KillReplica(r, SIGKILL);  // the survivors' communicators are useless; SIGKILL ends hung ranks
+  if (topology_.max_start_failures > 0 && replica.start_failures >= topology_.max_start_failures) {
+    spdlog::error("replica {}: {}; it failed {} starts in a row without getting ready: giving it "
+                  "up (check its log above)",
+                  r, why, replica.start_failures);
+    replica.state = ReplicaState::kGivenUp;
+    return;
+  }
+  const auto delay = replica.backoff.OnFailure(Uptime(replica.ranks[0].started));
+  spdlog::warn("replica {}: {}; restarting it in {} ms", r, why, delay.count());
+  replica.state = ReplicaState::kBackoff;
+  replica.restart_at = Clock::now() + delay;
+}
+
+std::string Supervisor::GivenUpReason() const {
+  if (router_given_up_) return "the router keeps failing";
+  for (const Replica& replica : replicas_) {
+    if (replica.state != ReplicaState::kGivenUp) return "";
+  }
+  return "every replica failed to start";
 }
 
 void Supervisor::ProbeStarting() {
@@ -225,6 +270,7 @@ void Supervisor::ProbeStarting() {
     }
     if (replica.state == ReplicaState::kStarting && LeaderServing(replica, &replica.progress)) {
       replica.state = ReplicaState::kReady;
+      replica.start_failures = 0;
       replica.healthy_at = replica.probed_at = Clock::now();
       spdlog::info("replica {} ready after {:.1f} s", r, SecondsSince(replica.ranks[0].started));
     }
@@ -299,12 +345,21 @@ int Supervisor::Run() {
     ReapChildren();
     ProbeStarting();
     ProbeReady();
-    int ready = 0;
-    for (const Replica& replica : replicas_) ready += replica.state == ReplicaState::kReady;
-    // The router starts once every replica is ready the first time (or after 10 minutes with
-    // whatever is ready); afterwards it is restarted whenever it dies, ready replicas or not.
+    if (const std::string reason = GivenUpReason(); !reason.empty()) {
+      spdlog::error("{}: stopping everything and exiting 1", reason);
+      Drain();
+      return 1;
+    }
+    int ready = 0, given_up = 0;
+    for (const Replica& replica : replicas_) {
+      ready += replica.state == ReplicaState::kReady;
+      given_up += replica.state == ReplicaState::kGivenUp;
+    }
+    // The router starts once every replica is ready the first time or given up (or after 10
+    // minutes with whatever is ready); afterwards it is restarted whenever it dies, ready
+    // replicas or not.
     const bool startup_done =
-        ready == static_cast<int>(replicas_.size()) ||
+        (ready > 0 && ready + given_up == static_cast<int>(replicas_.size())) ||
         (ready > 0 && Clock::now() - start > std::chrono::minutes(10));
     if (router_wanted_ && router_.pid <= 0 && (router_started_once || startup_done) &&
         Clock::now() >= router_restart_at_) {

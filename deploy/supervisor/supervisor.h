@@ -2,7 +2,9 @@
 // waits for readiness (with progress), probes health, restarts a failed replica as a whole (its
 // communicators must be rebuilt) or a failed router with exponential backoff, and on SIGTERM
 // drains: the router first (stops admitting, finishes in-flight), then the workers, each within
-// the grace period, then exits 0.
+// the grace period, then exits 0. What restarts cannot fix is given up: a replica that fails
+// max_start_failures starts in a row stays down, and with no replica or no router left the
+// supervisor drains and exits 1 (for the platform to report and restart it).
 //
 // Runs on the main thread only (Run blocks); child processes are plain fork/exec.
 #pragma once
@@ -36,7 +38,8 @@ class Supervisor {
     pid_t pid = -1;
     Clock::time_point started{};
   };
-  enum class ReplicaState { kStarting, kReady, kBackoff };
+  // kGivenUp: failed max_start_failures starts in a row; left down for good.
+  enum class ReplicaState { kStarting, kReady, kBackoff, kGivenUp };
   struct Replica {
     std::vector<Child> ranks;
     ReplicaState state = ReplicaState::kStarting;
@@ -44,6 +47,7 @@ class Supervisor {
     RestartBackoff backoff;
     std::unique_ptr<xserv::worker::v1::Worker::Stub> leader;
     uint64_t epoch = 0;  // launches so far: the ranks of one launch share it (--replica-epoch)
+    int start_failures = 0;  // failures since it was last ready
     std::string progress;  // why the leader is not ready yet (LeaderServing's detail)
     // kReady: when the leader last answered healthy, and when it was last probed.
     Clock::time_point healthy_at{}, probed_at{};
@@ -52,6 +56,11 @@ class Supervisor {
   bool Launch(Child& child);
   void LaunchReplica(size_t r);
   void KillReplica(size_t r, int sig);
+  // After replica r failed (`why`): restart it with backoff, or give it up when it has failed
+  // max_start_failures starts in a row. Kills what is left of it either way.
+  void OnReplicaFailure(size_t r, const std::string& why);
+  // Why the supervisor cannot go on (every replica or the router given up); empty otherwise.
+  std::string GivenUpReason() const;
   void ReapChildren();
   void ProbeStarting();
   // Ready replicas: a leader that has not answered healthy (SERVING or DRAINING) for
@@ -76,6 +85,7 @@ class Supervisor {
   RestartBackoff router_backoff_;
   Clock::time_point router_restart_at_{};
   bool router_wanted_ = false;
+  bool router_given_up_ = false;
 };
 
 }  // namespace xserv::supervisor

@@ -53,9 +53,15 @@ absl::Status Topology::Validate() const {
   if (worker_base_port + ranks > 65536) {
     return absl::InvalidArgumentError("worker ports run past 65535");
   }
-  if (grace_period_s < 0) return absl::InvalidArgumentError("grace period must be >= 0");
-  if (unhealthy_restart_s < 0) {
-    return absl::InvalidArgumentError("--unhealthy-restart-s must be >= 0");
+  // Negated comparisons so NaN fails too; the upper bounds keep the millisecond casts defined.
+  if (!(grace_period_s >= 0 && grace_period_s <= 1e7)) {
+    return absl::InvalidArgumentError("--grace-period-s must be in 0..1e7");
+  }
+  if (!(unhealthy_restart_s >= 0 && unhealthy_restart_s <= 1e7)) {
+    return absl::InvalidArgumentError("--unhealthy-restart-s must be in 0..1e7 (0: never)");
+  }
+  if (max_start_failures < 0 || max_start_failures > 1000000) {
+    return absl::InvalidArgumentError("--max-start-failures must be in 0..1e6 (0: never give up)");
   }
   return absl::OkStatus();
 }
@@ -72,7 +78,7 @@ absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
   static const std::set<std::string> kKeys = {
       "model", "backend", "tp", "pp", "replicas", "devices", "host", "worker_host", "http_port",
       "grpc_port", "worker_base_port", "worker_args", "router_args", "start_router", "grace_period_s",
-      "unhealthy_restart_s"};
+      "unhealthy_restart_s", "max_start_failures"};
   for (const auto& [key, value] : j.items()) {
     if (!kKeys.contains(key)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key '", key, "'"));
@@ -96,6 +102,7 @@ absl::StatusOr<Topology> LoadTopologyFile(const std::string& path) {
     t.start_router = j.value("start_router", t.start_router);
     t.grace_period_s = j.value("grace_period_s", t.grace_period_s);
     t.unhealthy_restart_s = j.value("unhealthy_restart_s", t.unhealthy_restart_s);
+    t.max_start_failures = j.value("max_start_failures", t.max_start_failures);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }

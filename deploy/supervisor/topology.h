@@ -28,6 +28,10 @@ struct Topology {
   bool start_router = true;            // false: workers only (compose "workers" service)
   double grace_period_s = 35;          // SIGTERM drain budget: the workers' 30 s drain plus the
                                        // leader's stop of its peers and server shutdown
+  int max_start_failures = 5;          // a replica that fails this many starts in a row without
+                                       // once getting ready, or a router that exits this often
+                                       // within a minute of its start, is given up (a
+                                       // configuration no restart can fix); 0: never give up
   double unhealthy_restart_s = 30;     // a ready replica whose leader answers no health probe,
                                        // or reports FAILED, this long is restarted (a hung rank
                                        // or collective); 0: never
@@ -44,7 +48,8 @@ struct Topology {
 
 // Reads a JSON topology file whose keys match the flag names (model, backend, tp, pp, replicas,
 // devices, host, worker_host, http_port, grpc_port, worker_base_port, worker_args, router_args,
-// start_router, grace_period_s, unhealthy_restart_s). Unknown keys are an error.
+// start_router, grace_period_s, unhealthy_restart_s, max_start_failures). Unknown keys are an
+// error.
 absl::StatusOr<Topology> LoadTopologyFile(const std::string& path);
 
 }  // namespace xserv::supervisor

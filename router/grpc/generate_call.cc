@@ -121,9 +121,10 @@ asio::awaitable<absl::Status> GenerateCall::Serve(const v1::GenerateRequest& req
     co_return cancelled_status;
   }
   if (!admitted) {
-    const absl::Status overloaded =
-        absl::ResourceExhaustedError("the server is at capacity; retry later");
-    co_return overloaded;
+    const absl::Status refused =
+        state_.draining ? absl::UnavailableError("the router is shutting down")
+                        : absl::ResourceExhaustedError("the server is at capacity; retry later");
+    co_return refused;
   }
   PreparedGeneration& g = std::get<PreparedGeneration>(prepared);
   const int64_t prompt_tokens = static_cast<int64_t>(g.prompts.front().ids.size());

@@ -26,9 +26,14 @@ absl::StatusOr<std::shared_ptr<ModelContext>> ModelContext::Load(const std::stri
   auto chat = chat_template::ChatTemplate::FromModelDir(model_dir);
   if (chat.ok()) {
     ctx->chat_template = std::move(*chat);
+  } else if (absl::IsNotFound(chat.status())) {
+    spdlog::warn("{} has no chat template: chat completions are refused", model_dir);
   } else {
-    spdlog::warn("no usable chat template in {}: {} (chat completions are refused)", model_dir,
-                 chat.status().ToString());
+    // A deployment error, not the client's: logged loudly, and every chat request says it.
+    ctx->chat_template_error = std::string(chat.status().message());
+    spdlog::error("the chat template of {} does not load: {} (chat completions fail until it "
+                  "is fixed; completions are served)",
+                  model_dir, ctx->chat_template_error);
   }
   auto generation = LoadGenerationConfigIfPresent(model_dir + "/generation_config.json");
   if (!generation.ok()) return generation.status();

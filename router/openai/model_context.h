@@ -23,6 +23,9 @@ struct ModelContext {
   std::string model_type;  // config.json model_type
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<chat_template::ChatTemplate> chat_template;  // absent: chat completions refused
+  // Why a chat template the model has could not be loaded (a syntax error, a malformed
+  // tokenizer_config entry); empty when it loaded or the model has none.
+  std::string chat_template_error;
   GenerationConfig generation;  // sampling defaults applied when a request omits them
   output::ReasoningFormat reasoning_format = output::ReasoningFormat::kNone;
   int32_t max_context = 0;  // prompt + completion tokens, from the workers

@@ -2,7 +2,8 @@
 // or gRPC, so both APIs share one budget. A slot is taken at once when one is free; otherwise the
 // request waits in a bounded queue (polling every 5 ms) up to limits.queue_timeout. Over the
 // queue bound, on timeout, or when the client leaves while queued, Acquire fails (429 /
-// RESOURCE_EXHAUSTED).
+// RESOURCE_EXHAUSTED); when the drain deadline passes too (the caller answers 503 / UNAVAILABLE
+// while the router drains).
 //
 // Used on one coroutine (the request's); the counters in RouterState are atomics.
 #pragma once
@@ -35,7 +36,8 @@ class Admission {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     const auto deadline = std::chrono::steady_clock::now() + state_.limits.queue_timeout;
     bool ok = false;
-    while (std::chrono::steady_clock::now() < deadline && !(gone && gone())) {
+    while (std::chrono::steady_clock::now() < deadline && !(gone && gone()) &&
+           !state_.shutdown.fired()) {
       if (TryTake()) {
         ok = true;
         break;

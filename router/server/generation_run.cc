@@ -39,9 +39,15 @@ GenerationRun::GenerationRun(RouterState& state, PreparedGeneration prepared,
       choices_.push_back(std::move(c));
     }
   }
+  // The callback may run on main()'s thread: it only posts to the queue, which is thread-safe.
+  std::weak_ptr<http::AsyncQueue<Event>> queue = queue_;
+  shutdown_subscription_ = state_.shutdown.Subscribe([queue] {
+    if (auto q = queue.lock()) q->Push(Event{kShutdownEvent, 0, WorkerEvent{}});
+  });
 }
 
 GenerationRun::~GenerationRun() {
+  state_.shutdown.Unsubscribe(shutdown_subscription_);
   CancelAll();
   queue_->Close();
 }
@@ -112,7 +118,23 @@ void GenerationRun::Finish(Choice& c, ChoiceUpdate& u, std::string reason,
   state_.metrics.CountRequest(c.finish_reason);
 }
 
+void GenerationRun::EndForShutdown(std::vector<ChoiceUpdate>& updates) {
+  for (Choice& c : choices_) {
+    if (c.ended) continue;
+    c.ended = true;
+    c.error = absl::UnavailableError(
+        "the server is shutting down: the request did not finish within the drain timeout");
+    state_.metrics.CountRequest("abort");
+    updates.push_back(ChoiceUpdate{.index = c.index, .error = c.error});
+  }
+  CancelAll();  // each stream still ends with kClosed, which Next() waits for
+}
+
 void GenerationRun::Handle(Event& e, std::vector<ChoiceUpdate>& updates) {
+  if (e.choice == kShutdownEvent) {
+    EndForShutdown(updates);
+    return;
+  }
   Choice& c = choices_[e.choice];
   if (e.attempt != c.attempt) return;  // a stale stream replaced by a retry
   WorkerEvent& w = e.event;

@@ -62,8 +62,10 @@ class GenerationRun {
   absl::Status first_error() const;
 
  private:
+  // An Event for every choice at once: the drain deadline passed (RouterState::shutdown).
+  static constexpr size_t kShutdownEvent = static_cast<size_t>(-1);
   struct Event {
-    size_t choice;
+    size_t choice;  // or kShutdownEvent
     int attempt;
     WorkerEvent event;
   };
@@ -92,6 +94,7 @@ class GenerationRun {
 
   absl::Status Launch(Choice& choice);
   void Handle(Event& event, std::vector<ChoiceUpdate>& updates);
+  void EndForShutdown(std::vector<ChoiceUpdate>& updates);
   void Finish(Choice& choice, ChoiceUpdate& update, std::string reason,
               std::optional<StopReason> stop_reason);
 
@@ -103,6 +106,7 @@ class GenerationRun {
   std::vector<Choice> choices_;
   const std::chrono::steady_clock::time_point start_;
   bool first_token_seen_ = false;
+  uint64_t shutdown_subscription_ = 0;  // RouterState::shutdown
 };
 
 }  // namespace xserv::router

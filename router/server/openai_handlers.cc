@@ -160,7 +160,9 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
   }
   Admission admission(state);
   if (!co_await admission.Acquire()) {
-    const ApiError error = Overloaded();
+    const ApiError error =
+        state.draining ? ApiError::FromStatus(absl::UnavailableError("the router is shutting down"))
+                       : Overloaded();
     co_await SendError(res, error);
     co_return;
   }

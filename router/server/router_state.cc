@@ -6,6 +6,29 @@
 
 namespace xserv::router {
 
+uint64_t ShutdownBroadcast::Subscribe(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  if (fired_) {
+    fn();
+    return 0;
+  }
+  const uint64_t id = next_id_++;
+  subscribers_.emplace(id, std::move(fn));
+  return id;
+}
+
+void ShutdownBroadcast::Unsubscribe(uint64_t id) {
+  std::lock_guard lock(mu_);
+  subscribers_.erase(id);
+}
+
+void ShutdownBroadcast::Fire() {
+  std::lock_guard lock(mu_);
+  if (fired_.exchange(true)) return;
+  for (auto& [id, fn] : subscribers_) fn();
+  subscribers_.clear();
+}
+
 bool RouterState::LoadModelInfo() {
   auto info = pool->Info();
   if (!info) return false;

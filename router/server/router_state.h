@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "router/metrics/metrics.h"
@@ -25,6 +28,26 @@ struct RouterLimits {
   int retries_before_first_token = 2;  // other replicas tried when a stream fails early
 };
 
+// The drain deadline's broadcast: every running GenerationRun subscribes a callback that makes
+// it end its open choices with UNAVAILABLE, so a request the drain could not wait for gets an
+// error (an SSE error event and [DONE], a 503, a gRPC status) rather than a cut connection.
+class ShutdownBroadcast {
+ public:
+  // Returns an id for Unsubscribe. After Fire(), `fn` runs at once, on the caller's thread.
+  uint64_t Subscribe(std::function<void()> fn);
+  // After it returns, the callback no longer runs.
+  void Unsubscribe(uint64_t id);
+  // Runs every subscriber once (callbacks must not block). Later subscribers run at once.
+  void Fire();
+  bool fired() const { return fired_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, std::function<void()>> subscribers_;
+  uint64_t next_id_ = 1;
+  std::atomic<bool> fired_{false};
+};
+
 struct RouterState {
   std::shared_ptr<ModelContext> model;
   std::unique_ptr<ReplicaPool> pool;
@@ -34,6 +57,7 @@ struct RouterState {
   std::atomic<int> queued{0};
   std::atomic<uint64_t> next_request{1};
   std::atomic<bool> draining{false};
+  ShutdownBroadcast shutdown;  // fired by main() when the drain timeout passes
 
   // Fills the context fields only the workers know (context length, vocabulary, EOS ids) from
   // a replica's Info. Called by main() before any server starts, so these fields are read-only

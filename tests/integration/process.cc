@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace xserv::testing {
@@ -157,6 +158,16 @@ bool ChildProcess::Running() {
     return false;
   }
   return r == 0;
+}
+
+bool StartIsRefused(const std::string& binary, std::vector<std::string> args, std::string* log,
+                    std::chrono::milliseconds timeout) {
+  ChildProcess process;
+  const bool served = process.StartServer(binary, std::move(args), timeout);
+  const bool exited = !process.Running();
+  const int code = process.Stop(SIGKILL);
+  *log = process.Log();
+  return !served && exited && code != 0;
 }
 
 int ChildProcess::Stop(int sig, std::chrono::milliseconds timeout) {

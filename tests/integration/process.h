@@ -44,6 +44,11 @@ class ChildProcess {
   std::string log_path_;
 };
 
+// Starts `binary` as StartServer does, expecting a refusal: true when it exited with a non-zero
+// code within `timeout` without serving. `log` gets its output either way.
+bool StartIsRefused(const std::string& binary, std::vector<std::string> args, std::string* log,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
 // The first of `n` consecutive ports on 127.0.0.1 that were free a moment ago, picked at random
 // outside the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where outgoing
 // connections and port-0 listeners take theirs: for flags that need a fixed port, such as the

@@ -43,6 +43,8 @@ TEST(Supervisor, ServesHealsAndDrains) {
   if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
   ChildProcess supervisor;
   ASSERT_TRUE(StartSmallStack(supervisor, model, {"--grace-period-s", "20"})) << supervisor.Log();
+  // The router's drain fits the grace period: 20 s less 5 for ending what is left and stopping.
+  EXPECT_NE(supervisor.Log().find("--drain-timeout-s=15"), std::string::npos) << supervisor.Log();
   // StartServer appended "--port 0 --port-file F": the router writes its port there.
   int port = supervisor.port();
   ASSERT_EQ(Post(port, "/v1/chat/completions", Chat(8)).status, 200) << supervisor.Log();
@@ -96,6 +98,56 @@ TEST(Supervisor, ServesHealsAndDrains) {
   EXPECT_TRUE(ChildrenNamed(supervisor.pid() > 0 ? supervisor.pid() : -supervisor.pid(),
                             "xserv-worker")
                   .empty());
+}
+
+// A process that neither exited nor became a zombie.
+bool Alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const size_t close = text.rfind(')');  // the state letter follows "(comm) "
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+}
+
+// A replica whose start fails every time (a worker flag no restart can fix) is given up after
+// --max-start-failures starts; with none left the supervisor stops and exits 1 rather than
+// restarting it forever.
+TEST(Supervisor, GivesUpAReplicaThatCannotStart) {
+  const std::string model = MakeTinyModel("qwen3", "qwen3");
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess supervisor;
+  EXPECT_FALSE(StartSmallStack(supervisor, model,
+                               {"--worker-arg=--max-model-len=100000", "--max-start-failures",
+                                "2"}));
+  EXPECT_EQ(supervisor.Stop(SIGTERM, std::chrono::seconds(60)), 1) << supervisor.Log();
+  const std::string log = supervisor.Log();
+  EXPECT_NE(log.find("exceeds the model's context"), std::string::npos) << log;
+  EXPECT_NE(log.find("failed 2 starts in a row without getting ready: giving it up"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("every replica failed to start"), std::string::npos) << log;
+}
+
+// kill -9 of the supervisor takes its worker and router along (PR_SET_PDEATHSIG): orphans would
+// hold the ports and answer the probes of the supervisor started in its place.
+TEST(Supervisor, ChildrenDoNotOutliveAKilledSupervisor) {
+  const std::string model = MakeTinyModel("qwen3", "qwen3");
+  if (model.empty()) GTEST_SKIP() << "Qwen3 tokenizer not fetched (scripts/fetch-assets.sh)";
+  ChildProcess supervisor;
+  ASSERT_TRUE(StartSmallStack(supervisor, model)) << supervisor.Log();
+  std::vector<pid_t> children = ChildrenNamed(supervisor.pid(), "xserv-worker");
+  const std::vector<pid_t> routers = ChildrenNamed(supervisor.pid(), "xserv-router");
+  children.insert(children.end(), routers.begin(), routers.end());
+  ASSERT_EQ(children.size(), 2u) << supervisor.Log();
+  EXPECT_EQ(supervisor.Stop(SIGKILL, std::chrono::seconds(10)), 128 + SIGKILL);
+  const auto killed = Clock::now();
+  auto any_alive = [&] {
+    return std::any_of(children.begin(), children.end(), [](pid_t p) { return Alive(p); });
+  };
+  while (any_alive() && Clock::now() - killed < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(any_alive()) << supervisor.Log();
 }
 
 // A worker that stops answering (SIGSTOP: a hung process, as a rank stuck in a collective looks

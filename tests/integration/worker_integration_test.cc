@@ -402,5 +402,54 @@ TEST(WorkerShutdown, SigtermDrainsInFlightRequests) {
   EXPECT_EQ(out.tokens.size(), 120u);  // accepted before SIGTERM: finished, not dropped
 }
 
+// SIGTERM before the worker serves (a leader waiting for its TP peer at the rendezvous, which
+// could take --comm-timeout-s): it exits at once instead of after the supervisor's grace.
+TEST(WorkerShutdown, SigtermWhileStartingExitsAtOnce) {
+  ChildProcess leader;
+  EXPECT_FALSE(leader.StartServer(
+      "xserv-worker", {"--model", SourcePath(kModel), "--tp-size", "2", "--tp-rank", "0"},
+      std::chrono::seconds(3)));
+  ASSERT_TRUE(leader.Running()) << leader.Log();
+  EXPECT_EQ(leader.Stop(SIGTERM, std::chrono::seconds(5)), 0) << leader.Log();
+  EXPECT_NE(leader.Log().find("while starting"), std::string::npos) << leader.Log();
+}
+
+// The worker refuses to start, having logged `message`.
+void ExpectWorkerRefuses(std::vector<std::string> args, const std::string& message) {
+  args.insert(args.begin(), {"--model", SourcePath(kModel)});
+  std::string log;
+  EXPECT_TRUE(StartIsRefused("xserv-worker", args, &log)) << log;
+  EXPECT_NE(log.find(message), std::string::npos) << log;
+}
+
+// The context (max_model_len) fits the model and the KV pool: one request of it must fit, as
+// vLLM requires. The model's 256 positions shrink to a smaller pool's with a warning; an
+// explicit --max-model-len the model or the pool cannot hold is refused at start.
+TEST(WorkerStart, ContextFitsTheModelAndTheKvPool) {
+  ExpectWorkerRefuses({"--max-model-len", "1000"}, "exceeds the model's context of 256");
+  ExpectWorkerRefuses({"--max-model-len", "100", "--num-kv-blocks", "2"},
+                      "the KV pool holds 32 tokens");
+  ExpectWorkerRefuses({"--max-model-len", "1"}, "--max-model-len must be >= 2");
+  // NaN passes CLI11's Range; these would size pools and deadlines from it.
+  ExpectWorkerRefuses({"--kv-cache-memory", "nan"}, "--kv-cache-memory");
+  ExpectWorkerRefuses({"--drain-timeout-s", "nan"}, "--drain-timeout-s");
+  ExpectWorkerRefuses({"--max-num-seqs", "0"}, "--max-num-seqs");
+
+  ChildProcess small;
+  ASSERT_TRUE(small.StartServer("xserv-worker",
+                                {"--model", SourcePath(kModel), "--num-kv-blocks", "4"}))
+      << small.Log();
+  EXPECT_NE(small.Log().find("the KV pool holds 64 tokens"), std::string::npos) << small.Log();
+  auto stub = WorkerStub(small.address());
+  grpc::ClientContext ctx;
+  wv1::InfoResponse info;
+  ASSERT_TRUE(stub->Info(&ctx, wv1::InfoRequest(), &info).ok());
+  EXPECT_EQ(info.max_context(), 64u);
+  // A request that fits is served; a longer prompt is refused by the scheduler's own check.
+  EXPECT_EQ(Generate(*stub, GreedyRequest("fits", Prompt(1, 20), 8)).tokens.size(), 8u);
+  EXPECT_FALSE(Generate(*stub, GreedyRequest("too-long", Prompt(1, 80), 8)).status.ok());
+  EXPECT_EQ(small.Stop(SIGTERM), 0);
+}
+
 }  // namespace
 }  // namespace xserv::testing

@@ -197,7 +197,7 @@ class GptOssModel final : public Model {
       LoadExperts(loader, c, p + "mlp.experts.", layer);
       layers_.push_back(std::move(layer));
     }
-    ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
+    ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, max_positions(), backend));
     const ModelConfig& rc = rank_config();
     ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size));
     const int64_t k = c.moe.num_experts_per_tok;

@@ -1,6 +1,7 @@
 #include "worker/model/layers.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "absl/functional/function_ref.h"
@@ -164,8 +165,17 @@ Buffer AllocRows(Backend& backend, int64_t rows, int64_t cols, absl::Status& sta
   return std::move(*buffer);
 }
 
-absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend) {
-  const int max_positions = static_cast<int>(config.max_position_embeddings);
+absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, int64_t positions,
+                                     Backend& backend) {
+  // A config may allow far more positions than serving needs (10M-token contexts): say how to
+  // limit them rather than fail on a huge allocation.
+  const double bytes = static_cast<double>(positions) * static_cast<double>(config.head_dim) * 4;
+  if (positions > std::numeric_limits<int32_t>::max() || bytes > double(int64_t{4} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a RoPE table for ", positions, " positions would take ", std::ceil(bytes / (1 << 20)),
+        " MiB: limit the context with xserv-worker --max-model-len"));
+  }
+  const int max_positions = static_cast<int>(positions);
   ASSIGN_OR_RETURN(std::vector<float> table,
                    kernels::BuildRopeTable(RopeSpecFor(config), max_positions));
   ASSIGN_OR_RETURN(Buffer buffer,

@@ -30,8 +30,10 @@ const T* OrNull(const std::optional<T>& v) {
 // Allocates [rows, cols] of the backend's compute dtype, recording failure in `status`.
 Buffer AllocRows(Backend& backend, int64_t rows, int64_t cols, absl::Status& status);
 
-// The RoPE cos/sin table for the config (kernels/rope_table.h), f32 on the device.
-absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, Backend& backend);
+// The RoPE cos/sin table for the config's first `positions` positions (kernels/rope_table.h),
+// f32 on the device. InvalidArgument, naming --max-model-len, when it would pass 4 GiB.
+absl::StatusOr<Buffer> LoadRopeTable(const ModelConfig& config, int64_t positions,
+                                     Backend& backend);
 
 // Sums `t` in place over the tensor-parallel group: the partial outputs of a row-parallel layer.
 // A no-op without a communicator (tp_size 1). For now only the CPU backend's contiguous f32 host

@@ -60,7 +60,7 @@ class LlamaModel final : public Model {
       RETURN_IF_ERROR(stacked);
       layers_.push_back(std::move(layer));
     }
-    ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, backend));
+    ASSIGN_OR_RETURN(rope_, LoadRopeTable(c, max_positions(), backend));
     const ModelConfig& rc = rank_config();
     ASSIGN_OR_RETURN(ws_, Workspace::Allocate(backend, rc, max_num_tokens(), rc.intermediate_size,
                                               /*residual_spare=*/true));

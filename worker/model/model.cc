@@ -1,5 +1,7 @@
 #include "worker/model/model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/model_config/config_parser.h"
 #include "common/status.h"
@@ -22,6 +24,9 @@ Model::Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions
       tp_rank_(options.tp_rank),
       tp_size_(options.tp_size),
       max_num_tokens_(options.max_num_tokens),
+      max_positions_(options.max_positions > 0
+                         ? std::min(options.max_positions, config_.max_position_embeddings)
+                         : config_.max_position_embeddings),
       pp_rank_(options.pp_rank),
       pp_size_(options.pp_size) {
   const PpStage stage = PpStage::FromOptions(options, config_.num_layers);

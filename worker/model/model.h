@@ -77,6 +77,10 @@ struct ModelLoadOptions {
   // lm_head is BF16), and kept FP8 under fp8_matmuls: half the bytes of the largest single weight
   // a decode step reads. Refused where the lm_head is the embedding (tied, GPT-2).
   bool fp8_lm_head = false;
+  // > 0: the positions a RoPE model's cos/sin table covers (xserv-worker --max-model-len), at
+  // most max_position_embeddings; 0: all of max_position_embeddings. Positions past it must not
+  // reach Forward.
+  int64_t max_positions = 0;
   // Start-up progress: (bytes read so far, checkpoint bytes), called on the loading thread.
   std::function<void(uint64_t, uint64_t)> on_progress;
 };
@@ -102,6 +106,8 @@ class Model {
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
   int max_num_tokens() const { return max_num_tokens_; }
+  // Positions Forward may be given: ModelLoadOptions::max_positions or max_position_embeddings.
+  int64_t max_positions() const { return max_positions_; }
 
   // This pipeline stage: the global index of its first layer and how many layers it holds
   // ([0, config().num_layers) on a single stage).
@@ -147,6 +153,7 @@ class Model {
   int tp_rank_;
   int tp_size_;
   int max_num_tokens_;
+  int64_t max_positions_;
   int pp_rank_;
   int pp_size_;
   int first_layer_;

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -65,6 +66,20 @@ TEST(Topology, ValidationNamesTheProblem) {
   t.tp = 46341;
   t.pp = 46341;
   EXPECT_FALSE(t.Validate().ok());
+  t.tp = 1;
+  t.pp = 1;
+  ASSERT_TRUE(t.Validate().ok());
+  // NaN compares false both ways: it must fail the range checks, not slip past them.
+  t.grace_period_s = std::nan("");
+  EXPECT_NE(t.Validate().message().find("--grace-period-s"), std::string::npos);
+  t.grace_period_s = 35;
+  t.unhealthy_restart_s = std::nan("");
+  EXPECT_NE(t.Validate().message().find("--unhealthy-restart-s"), std::string::npos);
+  t.unhealthy_restart_s = 30;
+  t.max_start_failures = -1;
+  EXPECT_NE(t.Validate().message().find("--max-start-failures"), std::string::npos);
+  t.max_start_failures = 0;  // never give up
+  EXPECT_TRUE(t.Validate().ok());
 }
 
 TEST(Topology, LoadsJsonAndRejectsUnknownKeys) {
