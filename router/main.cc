@@ -6,6 +6,7 @@
 // requests (503), let in-flight ones finish within --drain-timeout-s, end those still running
 // with an error (about 2 s more), stop, exit 0. The supervisor's --grace-period-s covers this.
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -51,10 +52,12 @@ void WritePortFile(const std::string& path, int port) {
 }
 
 // "host:port" (a name, an IPv4 address or a bracketed IPv6 one) with a port in 1..65535, or a
-// gRPC target with a scheme ("dns:///host:port", "unix:/path"): anything else would only make
-// the router wait for a replica that can never answer.
+// gRPC target with a scheme ("dns:///host:port", "ipv4:10.0.0.1:50100", "unix:/path"): anything
+// else would only make the router wait for a replica that can never answer.
 bool IsWorkerAddress(const std::string& address) {
-  if (absl::StrContains(address, ":/")) return true;
+  for (const char* scheme : {"dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:"}) {
+    if (absl::StartsWith(address, scheme) && address.size() > strlen(scheme)) return true;
+  }
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;
   const std::string host = address.substr(0, colon);

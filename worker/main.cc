@@ -188,6 +188,13 @@ int64_t KvBlocks(const WorkerFlags& f, int64_t bytes_per_block, int64_t reserved
   return static_cast<int64_t>(f.kv_cache_memory_gb * (1 << 30)) / bytes_per_block;
 }
 
+// The host's physical memory: pools larger than it are refused at the flag, not by
+// std::bad_alloc later.
+double HostMemoryGb() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30);
+}
+
 // Tokens per request: --max-model-len, or the model's max_position_embeddings; never more than
 // the model allows, nor than the KV pool holds (one request must fit, as vLLM requires). An
 // explicit --max-model-len the pool cannot hold is an error; the default shrinks, with a warning.
@@ -217,13 +224,6 @@ absl::StatusOr<int> MaxModelLen(const WorkerFlags& f, const ModelConfig& config,
 // Rank arithmetic of a TP x PP replica: global rank = pp_rank * tp_size + tp_rank. The leader
 // (scheduler, sampling, the router's endpoint) is TP rank 0 of the LAST stage, where the logits
 // are: stage 0 embeds, the last stage samples.
-// The host's physical memory: pools larger than it are refused at the flag, not by
-// std::bad_alloc later.
-double HostMemoryGb() {
-  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-         static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30);
-}
-
 int GlobalRank(const WorkerFlags& f) { return f.pp_rank * f.tp_size + f.tp_rank; }
 int LeaderRank(const WorkerFlags& f) { return (f.pp_size - 1) * f.tp_size; }
 bool IsLeader(const WorkerFlags& f) { return GlobalRank(f) == LeaderRank(f); }
@@ -426,15 +426,23 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
   });
   while (!done) {
     if (const int sig = WaitForShutdownSignal(std::chrono::milliseconds(100)); sig != 0) {
+      if (stats.steps == 0 && stats.heartbeats == 0) {
+        // Nothing heard from the leader: it is still starting (and exits on the same signal,
+        // StartupSignalWatcher), so the stop this peer would wait for never comes.
+        spdlog::info("signal {} before the leader's first message: exiting", sig);
+        spdlog::default_logger()->flush();
+        std::_Exit(0);
+      }
       spdlog::info("signal {}: this peer stops when the leader says so", sig);
     }
   }
   loop.join();
   if (!status.ok()) {
-    spdlog::critical("peer loop failed after {} steps: {}", stats.steps, status.ToString());
+    spdlog::critical("peer loop failed after {} steps: {}", stats.steps.load(),
+                     status.ToString());
     return fail(1);
   }
-  spdlog::info("leader said stop after {} steps; stopped", stats.steps);
+  spdlog::info("leader said stop after {} steps; stopped", stats.steps.load());
   return fail(0);
 }
 
@@ -504,6 +512,7 @@ int Run(const WorkerFlags& f) {
   const int bound_port = started->port;
   spdlog::info("xserv.worker.v1.Worker on {}:{} (starting)", f.host, bound_port);
   const auto fail = [&](int code) {
+    watcher.reset();  // a signal now must not turn this exit code into 0
     store.Shutdown();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     return code;

@@ -12,6 +12,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc/status_conversion.h"
 #include "common/shutdown_signals.h"
@@ -91,8 +92,8 @@ std::vector<std::string> Supervisor::RouterArgv() const {
         return a == "--drain-timeout-s" || absl::StartsWith(a, "--drain-timeout-s=");
       });
   if (!drain_given) {
-    argv.push_back(
-        absl::StrCat("--drain-timeout-s=", std::max(0.0, topology_.grace_period_s - 5)));
+    argv.push_back(absl::StrFormat("--drain-timeout-s=%.3f",
+                                   std::max(0.0, topology_.grace_period_s - 5)));
   }
   argv.insert(argv.end(), topology_.router_args.begin(), topology_.router_args.end());
   return argv;

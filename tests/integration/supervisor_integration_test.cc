@@ -44,7 +44,7 @@ TEST(Supervisor, ServesHealsAndDrains) {
   ChildProcess supervisor;
   ASSERT_TRUE(StartSmallStack(supervisor, model, {"--grace-period-s", "20"})) << supervisor.Log();
   // The router's drain fits the grace period: 20 s less 5 for ending what is left and stopping.
-  EXPECT_NE(supervisor.Log().find("--drain-timeout-s=15"), std::string::npos) << supervisor.Log();
+  EXPECT_NE(supervisor.Log().find("--drain-timeout-s=15.000"), std::string::npos) << supervisor.Log();
   // StartServer appended "--port 0 --port-file F": the router writes its port there.
   int port = supervisor.port();
   ASSERT_EQ(Post(port, "/v1/chat/completions", Chat(8)).status, 200) << supervisor.Log();

@@ -4,6 +4,7 @@
 // decides everything and the peers follow step for step.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -12,9 +13,10 @@
 
 namespace xserv::engine {
 
+// Atomics: the worker's signal-handling thread reads them while the loop runs.
 struct PeerLoopStats {
-  int64_t steps = 0;       // kRun steps executed
-  int64_t heartbeats = 0;  // kIdle received
+  std::atomic<int64_t> steps = 0;       // kRun steps executed
+  std::atomic<int64_t> heartbeats = 0;  // kIdle received
 };
 
 // Returns OK when the leader sends kStop; the first communicator, parse or device error

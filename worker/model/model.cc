@@ -24,9 +24,13 @@ Model::Model(ModelConfig config, ModelConfig rank_config, const ModelLoadOptions
       tp_rank_(options.tp_rank),
       tp_size_(options.tp_size),
       max_num_tokens_(options.max_num_tokens),
-      max_positions_(options.max_positions > 0
-                         ? std::min(options.max_positions, config_.max_position_embeddings)
-                         : config_.max_position_embeddings),
+      // At least one full step's positions too: ProfileForward runs a sequence of
+      // max_num_tokens tokens from position 0, whatever the context.
+      max_positions_(
+          options.max_positions > 0
+              ? std::min(std::max<int64_t>(options.max_positions, options.max_num_tokens),
+                         config_.max_position_embeddings)
+              : config_.max_position_embeddings),
       pp_rank_(options.pp_rank),
       pp_size_(options.pp_size) {
   const PpStage stage = PpStage::FromOptions(options, config_.num_layers);

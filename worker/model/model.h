@@ -77,9 +77,9 @@ struct ModelLoadOptions {
   // lm_head is BF16), and kept FP8 under fp8_matmuls: half the bytes of the largest single weight
   // a decode step reads. Refused where the lm_head is the embedding (tied, GPT-2).
   bool fp8_lm_head = false;
-  // > 0: the positions a RoPE model's cos/sin table covers (xserv-worker --max-model-len), at
-  // most max_position_embeddings; 0: all of max_position_embeddings. Positions past it must not
-  // reach Forward.
+  // > 0: the positions a RoPE model's cos/sin table covers (xserv-worker --max-model-len; at
+  // least max_num_tokens, at most max_position_embeddings); 0: all of max_position_embeddings.
+  // Positions past it must not reach Forward.
   int64_t max_positions = 0;
   // Start-up progress: (bytes read so far, checkpoint bytes), called on the loading thread.
   std::function<void(uint64_t, uint64_t)> on_progress;
