@@ -4,6 +4,13 @@ namespace xserv::http {
 
 namespace {
 char ToLowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// 0..15 for a hex digit, -1 otherwise.
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c = ToLowerAscii(c);
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 }  // namespace
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
@@ -17,6 +24,24 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 std::string_view HttpRequest::path() const {
   std::string_view t = target;
   return t.substr(0, t.find('?'));
+}
+
+std::optional<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out.push_back(text[i]);
+      continue;
+    }
+    const int high = i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
+    const int low = i + 2 < text.size() ? HexValue(text[i + 2]) : -1;
+    const int value = high * 16 + low;
+    if (high < 0 || low < 0 || value == 0) return std::nullopt;
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
 }
 
 std::string_view HttpRequest::query() const {

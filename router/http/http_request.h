@@ -31,6 +31,10 @@ struct HttpRequest {
   std::optional<std::string_view> Header(std::string_view name) const;
 };
 
+// A path segment with its %XX escapes decoded ("Qwen%2FQwen3-8B" -> "Qwen/Qwen3-8B"); nullopt
+// when an escape is malformed or decodes to NUL.
+std::optional<std::string> PercentDecode(std::string_view text);
+
 // ASCII case-insensitive equality, for header names and tokens.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 

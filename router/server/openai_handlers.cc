@@ -1,9 +1,11 @@
 #include "router/server/openai_handlers.h"
 
 #include <chrono>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/version.h"
 #include "router/openai/prepare.h"
 #include "router/openai/request.h"
 #include "router/openai/responses.h"
@@ -218,11 +220,17 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
 
 // JSON bodies are built outside coroutines: GCC 12 miscompiles braced initialiser lists of
 // string literals inside coroutine bodies ("array used as initializer").
-std::string ModelsBody(const ModelContext& m) {
-  Json model = {{"id", m.served_name}, {"object", "model"},     {"created", m.created_unix},
-                {"owned_by", "xserv"}, {"root", m.served_name}, {"max_model_len", m.max_context}};
-  return Json{{"object", "list"}, {"data", Json::array({model})}}.dump();
+Json ModelObject(const ModelContext& m) {
+  return {{"id", m.served_name}, {"object", "model"},     {"created", m.created_unix},
+          {"owned_by", "xserv"}, {"root", m.served_name}, {"max_model_len", m.max_context}};
 }
+
+std::string ModelsBody(const ModelContext& m) {
+  return Json{{"object", "list"}, {"data", Json::array({ModelObject(m)})}}.dump();
+}
+
+// vLLM's GET /version.
+std::string VersionBody() { return Json{{"version", GetBuildInfo().version}}.dump(); }
 
 std::string TokenizeBody(const std::vector<uint32_t>& ids, int32_t max_context) {
   return Json{{"count", ids.size()}, {"max_model_len", max_context}, {"tokens", ids}}.dump();
@@ -234,8 +242,22 @@ std::string DetokenizeBody(const std::string& text) {
 
 std::string StatusBody(const char* status) { return Json{{"status", status}}.dump(); }
 
-asio::awaitable<void> HandleModels(RouterState& state, HttpResponder& res) {
-  co_await SendJson(res, 200, ModelsBody(*state.model));
+// GET /v1/models (the list) or /v1/models/{id} (OpenAI's retrieve; the id percent-decoded, as
+// "Qwen%2FQwen3-8B"; 404 for any name but the served one).
+asio::awaitable<void> HandleModels(RouterState& state, std::string_view path, HttpResponder& res) {
+  if (path == "/v1/models") {
+    co_await SendJson(res, 200, ModelsBody(*state.model));
+    co_return;
+  }
+  const std::optional<std::string> id = http::PercentDecode(path.substr(strlen("/v1/models/")));
+  if (id && *id == state.model->served_name) {
+    co_await SendJson(res, 200, ModelObject(*state.model).dump());
+    co_return;
+  }
+  const ApiError error = ApiError::FromStatus(absl::NotFoundError(absl::StrCat(
+      "the model '", id.value_or(std::string(path.substr(strlen("/v1/models/")))),
+      "' does not exist; this server serves '", state.model->served_name, "'")));
+  co_await SendError(res, error);
 }
 
 asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http_req,
@@ -342,7 +364,9 @@ asio::awaitable<void> Dispatch(RouterState& state, const HttpRequest& req, HttpR
   const bool post = req.method == "POST";
   // HEAD as GET without the body (the responder drops it): load balancers probe with either.
   const bool get = req.method == "GET" || req.method == "HEAD";
-  if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") {
+  const bool model_path = path == "/v1/models" || path.starts_with("/v1/models/");
+  if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/version" ||
+      model_path) {
     if (!get) {
       const ApiError error = MethodNotAllowed("GET or HEAD");
       co_await SendError(res, error);
@@ -359,11 +383,13 @@ asio::awaitable<void> Dispatch(RouterState& state, const HttpRequest& req, HttpR
     } else if (path == "/metrics") {
       state.RefreshWorkerMetrics();
       co_await res.Send(200, "text/plain; version=0.0.4", state.metrics.Render());
+    } else if (path == "/version") {
+      co_await SendJson(res, 200, VersionBody());
     } else if (!Authorized(state.limits, req.Header("Authorization").value_or(""))) {
       const ApiError error = Unauthorized();
       co_await SendError(res, error);
     } else {
-      co_await HandleModels(state, res);
+      co_await HandleModels(state, path, res);
     }
     co_return;
   }

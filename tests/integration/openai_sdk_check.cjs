@@ -1,5 +1,6 @@
 // Drives an xserv router with the official OpenAI Node SDK (openai@5, fetched into .assets/node by
-// scripts/fetch-assets.sh): chat and completions, streaming and not, models, and an API error.
+// scripts/fetch-assets.sh): chat and completions, streaming and not, models (list, retrieve), and
+// API errors.
 // Usage: node openai_sdk_check.cjs SDK_DIR BASE_URL. Exits non-zero on the first mismatch.
 const assert = require("node:assert/strict");
 const OpenAI = require(process.argv[2]).default;
@@ -9,6 +10,9 @@ async function main() {
   const models = await client.models.list();
   assert.equal(models.data.length, 1);
   const model = models.data[0].id;
+  assert.deepEqual(await client.models.retrieve(model), models.data[0]);
+  await assert.rejects(client.models.retrieve("no-such-model"),
+    (e) => e instanceof OpenAI.NotFoundError);
 
   const chat = await client.chat.completions.create({
     model, messages: [{ role: "user", content: "Hello!" }], max_tokens: 8, temperature: 0 });

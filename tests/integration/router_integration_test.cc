@@ -433,6 +433,19 @@ TEST_F(RouterTest, HealthReadyModelsMetrics) {
   EXPECT_EQ(HttpCall(port(), "HEAD", "/ready").status, 200);
   const json models = HttpCall(port(), "GET", "/v1/models").Json();
   EXPECT_EQ(models["data"][0]["id"], "qwen3-tiny");
+  // OpenAI's retrieve: the list's entry by its id (percent-decoded), 404 for any other name.
+  const HttpResult one = HttpCall(port(), "GET", "/v1/models/qwen3%2Dtiny");
+  EXPECT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(one.Json(), models["data"][0]);
+  const HttpResult other = HttpCall(port(), "GET", "/v1/models/Qwen%2FQwen3-8B");
+  EXPECT_EQ(other.status, 404) << other.body;
+  EXPECT_EQ(other.Json()["error"]["code"], "model_not_found") << other.body;
+  EXPECT_NE(other.body.find("'Qwen/Qwen3-8B' does not exist"), std::string::npos) << other.body;
+  EXPECT_EQ(HttpCall(port(), "GET", "/v1/models/%zz").status, 404);
+  EXPECT_EQ(HttpCall(port(), "POST", "/v1/models/qwen3-tiny").status, 405);
+  const HttpResult version = HttpCall(port(), "GET", "/version");  // vLLM's
+  EXPECT_EQ(version.status, 200);
+  EXPECT_FALSE(version.Json()["version"].get<std::string>().empty()) << version.body;
   const std::string metrics = HttpCall(port(), "GET", "/metrics").body;
   for (const char* name : {"xserv:time_to_first_token_seconds_bucket", "xserv:prompt_tokens_total",
                            "xserv:generation_tokens_total", "xserv:num_requests_running",

@@ -395,7 +395,18 @@ TEST(WorkerShutdown, SigtermDrainsInFlightRequests) {
     auto stub = WorkerStub(worker.address());
     return Generate(*stub, GreedyRequest("drain-me", Prompt(2, 10), 120));
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // SIGTERM once the worker holds the request (a fixed sleep raced a slow client on a busy host).
+  auto stub = WorkerStub(worker.address());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    grpc::ClientContext ctx;
+    wv1::LoadResponse load;
+    if (stub->Load(&ctx, wv1::LoadRequest(), &load).ok() &&
+        load.num_running() + load.num_waiting() > 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(worker.Stop(SIGTERM), 0) << worker.Log();
   GenerateOutcome out = running.get();
   EXPECT_TRUE(out.status.ok()) << out.status.error_message();
