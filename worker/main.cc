@@ -221,6 +221,15 @@ absl::StatusOr<int> MaxModelLen(const WorkerFlags& f, const ModelConfig& config,
   return static_cast<int>(pool_tokens);
 }
 
+// A shutdown signal before this rank serves: nothing is in flight to drain, so it ends now, with
+// the log flushed (std::_Exit runs no destructors: other threads may be inside a load or a
+// collective).
+[[noreturn]] void ExitBeforeServing(int sig, const char* why) {
+  spdlog::info("signal {} {}: exiting", sig, why);
+  spdlog::default_logger()->flush();
+  std::_Exit(0);
+}
+
 // Rank arithmetic of a TP x PP replica: global rank = pp_rank * tp_size + tp_rank. The leader
 // (scheduler, sampling, the router's endpoint) is TP rank 0 of the LAST stage, where the logits
 // are: stage 0 embeds, the last stage samples.
@@ -429,9 +438,7 @@ int RunPeer(const WorkerFlags& f, const engine::EngineConfig& ec, kernels::Backe
       if (stats.steps == 0 && stats.heartbeats == 0) {
         // Nothing heard from the leader: it is still starting (and exits on the same signal,
         // StartupSignalWatcher), so the stop this peer would wait for never comes.
-        spdlog::info("signal {} before the leader's first message: exiting", sig);
-        spdlog::default_logger()->flush();
-        std::_Exit(0);
+        ExitBeforeServing(sig, "before the leader's first message");
       }
       spdlog::info("signal {}: this peer stops when the leader says so", sig);
     }
@@ -456,9 +463,7 @@ class StartupSignalWatcher {
       : thread_([this] {
           while (!stop_) {
             if (const int sig = WaitForShutdownSignal(std::chrono::milliseconds(100)); sig != 0) {
-              spdlog::info("signal {} while starting: exiting (nothing is served yet)", sig);
-              spdlog::default_logger()->flush();
-              std::_Exit(0);
+              ExitBeforeServing(sig, "while starting");
             }
           }
         }) {}

@@ -109,23 +109,14 @@ asio::awaitable<absl::Status> GenerateCall::Serve(const v1::GenerateRequest& req
     const absl::Status invalid = ApiErrorToStatus(*e);
     co_return invalid;
   }
-  if (state_.draining) {
-    const absl::Status draining = absl::UnavailableError("the router is shutting down");
-    co_return draining;
-  }
   Admission admission(state_);
   const std::function<bool()> gone = [this] { return cancelled(); };
-  const bool admitted = co_await admission.Acquire(gone);
+  const absl::Status admitted = co_await admission.Acquire(gone);
   if (cancelled()) {
     const absl::Status cancelled_status = absl::CancelledError("cancelled by the client");
     co_return cancelled_status;
   }
-  if (!admitted) {
-    const absl::Status refused =
-        state_.draining ? absl::UnavailableError("the router is shutting down")
-                        : absl::ResourceExhaustedError("the server is at capacity; retry later");
-    co_return refused;
-  }
+  if (!admitted.ok()) co_return admitted;
   PreparedGeneration& g = std::get<PreparedGeneration>(prepared);
   const int64_t prompt_tokens = static_cast<int64_t>(g.prompts.front().ids.size());
   GenerationRun run(state_, std::move(g), internal_id_, request.priority(), strand_);

@@ -23,17 +23,14 @@ absl::StatusOr<std::shared_ptr<ModelContext>> ModelContext::Load(const std::stri
   auto tokenizer = tokenizer::Tokenizer::FromFile(model_dir + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
   ctx->tokenizer = std::move(*tokenizer);
-  auto chat = chat_template::ChatTemplate::FromModelDir(model_dir);
-  if (chat.ok()) {
-    ctx->chat_template = std::move(*chat);
-  } else if (absl::IsNotFound(chat.status())) {
+  ctx->chat_template = chat_template::ChatTemplate::FromModelDir(model_dir);
+  if (absl::IsNotFound(ctx->chat_template.status())) {
     spdlog::warn("{} has no chat template: chat completions are refused", model_dir);
-  } else {
+  } else if (!ctx->chat_template.ok()) {
     // A deployment error, not the client's: logged loudly, and every chat request says it.
-    ctx->chat_template_error = std::string(chat.status().message());
     spdlog::error("the chat template of {} does not load: {} (chat completions fail until it "
                   "is fixed; completions are served)",
-                  model_dir, ctx->chat_template_error);
+                  model_dir, std::string(ctx->chat_template.status().message()));
   }
   auto generation = LoadGenerationConfigIfPresent(model_dir + "/generation_config.json");
   if (!generation.ok()) return generation.status();

@@ -22,10 +22,10 @@ struct ModelContext {
   std::string served_name;
   std::string model_type;  // config.json model_type
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::optional<chat_template::ChatTemplate> chat_template;  // absent: chat completions refused
-  // Why a chat template the model has could not be loaded (a syntax error, a malformed
-  // tokenizer_config entry); empty when it loaded or the model has none.
-  std::string chat_template_error;
+  // NotFound: the model has none (chat completions refused, 400); another error: it has one that
+  // does not load, a syntax error or a malformed tokenizer_config entry (chat fails, 500).
+  absl::StatusOr<chat_template::ChatTemplate> chat_template =
+      absl::NotFoundError("no chat template loaded");
   GenerationConfig generation;  // sampling defaults applied when a request omits them
   output::ReasoningFormat reasoning_format = output::ReasoningFormat::kNone;
   int32_t max_context = 0;  // prompt + completion tokens, from the workers

@@ -14,12 +14,12 @@ std::vector<uint32_t> EncodeText(const ModelContext& model, const std::string& t
 }
 
 ApiResult<PreparedPrompt> RenderChat(const GenerationRequest& request, const ModelContext& model) {
-  if (!model.chat_template && !model.chat_template_error.empty()) {
-    return ApiError::FromStatus(absl::InternalError(absl::StrCat(
-        "the model's chat template does not load: ", model.chat_template_error)));
-  }
-  if (!model.chat_template) {
+  if (absl::IsNotFound(model.chat_template.status())) {
     return ApiError::Invalid("this model has no chat template; use /v1/completions");
+  }
+  if (!model.chat_template.ok()) {
+    return ApiError::FromStatus(absl::InternalError(absl::StrCat(
+        "the model's chat template does not load: ", model.chat_template.status().message())));
   }
   chat_template::ChatRenderRequest render;
   render.messages = request.messages;

@@ -48,14 +48,6 @@ ApiError Unauthorized() {
       "missing or invalid API key (send 'Authorization: Bearer <key>')"));
 }
 
-ApiError Overloaded() {
-  ApiError e;
-  e.http_status = 429;
-  e.type = "rate_limit_error";
-  e.message = "the server is at capacity; retry later";
-  return e;
-}
-
 asio::awaitable<void> StreamGeneration(HttpResponder& res, GenerationRun& run,
                                        const GenerationRequest& req, const ResponseMeta& meta,
                                        const ModelContext& model) {
@@ -154,17 +146,9 @@ asio::awaitable<void> HandleGeneration(RouterState& state, const HttpRequest& ht
     co_await SendError(res, error);
     co_return;
   }
-  if (state.draining) {
-    const ApiError error =
-        ApiError::FromStatus(absl::UnavailableError("the router is shutting down"));
-    co_await SendError(res, error);
-    co_return;
-  }
   Admission admission(state);
-  if (!co_await admission.Acquire()) {
-    const ApiError error =
-        state.draining ? ApiError::FromStatus(absl::UnavailableError("the router is shutting down"))
-                       : Overloaded();
+  if (const absl::Status admitted = co_await admission.Acquire(); !admitted.ok()) {
+    const ApiError error = ApiError::FromStatus(admitted);  // 503 draining, 429 at capacity
     co_await SendError(res, error);
     co_return;
   }
@@ -249,15 +233,14 @@ asio::awaitable<void> HandleModels(RouterState& state, std::string_view path, Ht
     co_await SendJson(res, 200, ModelsBody(*state.model));
     co_return;
   }
-  const std::optional<std::string> id = http::PercentDecode(path.substr(strlen("/v1/models/")));
-  if (id && *id == state.model->served_name) {
-    co_await SendJson(res, 200, ModelObject(*state.model).dump());
+  const std::string_view raw = path.substr(strlen("/v1/models/"));
+  const std::string id = http::PercentDecode(raw).value_or(std::string(raw));
+  if (auto e = CheckModelName(id, *state.model)) {
+    const ApiError error = *e;
+    co_await SendError(res, error);
     co_return;
   }
-  const ApiError error = ApiError::FromStatus(absl::NotFoundError(absl::StrCat(
-      "the model '", id.value_or(std::string(path.substr(strlen("/v1/models/")))),
-      "' does not exist; this server serves '", state.model->served_name, "'")));
-  co_await SendError(res, error);
+  co_await SendJson(res, 200, ModelObject(*state.model).dump());
 }
 
 asio::awaitable<void> HandleTokenize(RouterState& state, const HttpRequest& http_req,
