@@ -24,6 +24,7 @@
 #include "kernels/cuda/fp8_codes.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/gemv_io.cuh"
+#include "kernels/cuda/gemv_norm_prologue.cuh"
 #include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/mma.cuh"
@@ -54,56 +55,6 @@ __device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
     }
   } else {
     UnpackBf16x8(raw, out);
-  }
-}
-
-// GemvNorm: s_x gets each row's RmsNorm(residual + x) * weight (the weight copied to s_w by
-// cp.async before the PDL wait: each thread waits for its own copies, the vectors it uses); CTA 0
-// stores the sums and the normalised rows. Thread t takes vectors t, t + kThreads, ... and the
-// sums of squares reduce by CtaSum over the CTA's warps, as in RmsNormVecKernel: the same bits.
-// One vector at a time, so the prologue adds few registers to the streaming loop's.
-template <int kRows>
-__device__ __forceinline__ void StageNormedX(const GemvArgs& a, const uint4* s_w, uint4* s_x) {
-  __shared__ float scratch[kWarps];
-  const GemvNorm& n = a.norm;
-  const int chunks = a.k / kChunk;
-  const bool store = blockIdx.x == 0;
-  const bool add = n.residual != nullptr;
-  const auto row = [](const void* base, int64_t ld, int r) {
-    return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(base) + r * ld);
-  };
-  float sum_sq[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const uint4* x = row(a.x, a.ldx, r);
-    const uint4* res = add ? row(n.residual, n.ld_residual, r) : nullptr;
-    uint4* res_out = add ? const_cast<uint4*>(row(n.residual_out, n.ld_residual_out, r)) : nullptr;
-    sum_sq[r] = 0.0f;
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
-      float v[kChunk];
-      uint4 stored = x[c];
-      if (add) {
-        stored = AddResidualBf16x8(stored, res[c], v);
-        if (store) res_out[c] = stored;
-      } else {
-        UnpackBf16x8(stored, v);
-      }
-      s_x[r * chunks + c] = stored;
-      sum_sq[r] = AddSquares8(v, sum_sq[r]);
-    }
-  }
-  CpAsyncWait<0>();
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float inv = RmsInv(CtaSum<kWarps>(sum_sq[r], scratch), a.k, n.eps);
-    uint4* normed = const_cast<uint4*>(row(n.normed, n.ld_normed, r));
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
-      float v[kChunk];
-      UnpackBf16x8(s_x[r * chunks + c], v);  // this thread's own vector: no barrier needed
-      const uint4 out = RmsScaleBf16x8(s_w[c], v, inv);
-      s_x[r * chunks + c] = out;
-      if (store) normed[c] = out;
-    }
   }
 }
 
@@ -177,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ G
   PdlBegin();  // x (and out, and the norm's residual) belong to the stream's earlier kernels
 
   if constexpr (kNorm) {
-    StageNormedX<kRows>(a, s_w, s_x);
+    StageNormedX<kRows>(a.norm, a.x, a.ldx, a.k, s_w, s_x);
   } else {
     for (int i = threadIdx.x; i < kRows * x_chunks; i += kThreads) {
       const int r = i / x_chunks, c = i % x_chunks;
