@@ -1,14 +1,18 @@
-// A gated MLP at one row in one kernel (gated_mlp_gemv.h). Each CTA takes units of kSlice
-// intermediate columns in a grid-stride loop over a grid that is resident at once:
+// A gated MLP at one row in one kernel (gated_mlp_gemv.h). Each 256-thread CTA takes units of
+// kSlice = 32 intermediate columns in a grid-stride loop over a grid that is resident at once (3
+// CTAs per SM: Qwen3-8B's 384 units fit one wave of 396):
 //   A. its 8 warps compute the unit's gate and up values (warp w: pairs w, w + 8, ...), each pair
 //      exactly as the FP8 GEMV's two-column tile computes two outputs (gemv.cu: lane i reads
 //      16-byte chunks i, i + 32, ..., each chunk's partial scaled by its block scale, then a
 //      butterfly), so they round to the gate_up GEMV's bf16 bits, and the activation to SiluMul's;
-//   B. the CTA multiplies the unit's activations by the matching kSlice columns of down (kSlice
-//      bytes of every row: kSlice / 16 threads per row) and adds each row's partial into the f32
-//      accumulator (red.global.add).
-// The last CTA to arrive (a counter, after a fence) converts the accumulator to bf16 and zeroes
-// it. Summing over units in f32 by atomics, the result depends on the order the CTAs add in: not
+//   B. thread t multiplies the unit's 32 activations by columns 16 t .. 16 t + 15 of the unit's 32
+//      rows of down transposed and adds the products to its outputs in shared memory.
+// CTAs come in clusters of two, which sum their partial outputs through distributed shared
+// memory and add each output once per cluster into the f32 accumulator (red.global.add): the
+// adds of 384 CTAs to the same 4,096 addresses queued at L2 and cost ~4 µs of a 47 µs MLP; one
+// per pair of CTAs cost ~2 (clusters of four measured slower: fewer of them were resident). The
+// last CTA to arrive (a counter, after a fence) converts the accumulator to bf16 and zeroes it.
+// Summing partials in f32 by atomics, the result depends on the order the clusters add in: not
 // bit-reproducible (the chain's down GEMV is), within a bf16 rounding of it.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -29,14 +33,13 @@ namespace {
 
 constexpr int kThreads = kRmsNormVecThreads;  // the norm prologue's CTA
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kUnroll = 4;       // phase A: loads of each row in flight per lane (the GEMV's 2x4)
-constexpr int kDownUnroll = 8;   // phase B: loads in flight per thread (down transposed)
-// Down as in the checkpoint: fewer, as each thread also holds its 16 activations.
-constexpr int kColumnsUnroll = 4;
-constexpr int kCodes = 16;       // E4M3 codes per 16-byte load
-// Three CTAs per SM (at most 80 registers), as the FP8 GEMV: Qwen3-8B's 384 units of 32 columns
-// then fit one wave of 396.
-constexpr int kCtasPerSm = 3;
+constexpr int kSlice = 32;      // intermediate columns per unit
+constexpr int kCluster = 2;     // CTAs per cluster
+constexpr int kCtasPerSm = 3;   // at most 80 registers
+constexpr int kUnroll = 4;      // phase A: loads of each row in flight per lane (the GEMV's 2x4)
+constexpr int kDownBatch = 8;   // phase B: loads in flight per thread
+constexpr int kCodes = 16;      // E4M3 codes per 16-byte load
+static_assert(kSlice % kWarps == 0 && kSlice % kDownBatch == 0, "whole pairs, whole batches");
 
 __device__ __forceinline__ void Unpack16(const uint4& raw, float* out) {
   const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
@@ -52,75 +55,34 @@ __device__ __forceinline__ float RoundBf16(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-__device__ __forceinline__ void RedAdd4(float* p, float a, float b, float c, float d) {
+__device__ __forceinline__ void RedAdd4(float* p, const float4& v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a),
-               "f"(b), "f"(c), "f"(d)
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 #else
-  atomicAdd(p, a), atomicAdd(p + 1, b), atomicAdd(p + 2, c), atomicAdd(p + 3, d);
+  atomicAdd(p, v.x), atomicAdd(p + 1, v.y), atomicAdd(p + 2, v.z), atomicAdd(p + 3, v.w);
 #endif
 }
 
-// Phase B, down as [hidden, inter]: thread t takes codes 16 (t % kT) .. of the unit's columns in
-// rows t / kT, t / kT + kRows, ...
-template <int kSlice>
-__device__ __forceinline__ void DownColumns(const GatedMlpGemvArgs& a, int i0,
-                                            const float* s_act, float* accum) {
-  constexpr int kT = kSlice / kCodes;  // threads per row
-  constexpr int kRows = kThreads / kT;  // rows per pass
-  const int h = threadIdx.x % kT, first_row = threadIdx.x / kT;
-  float act[kCodes];
-#pragma unroll
-  for (int e = 0; e < kCodes; ++e) act[e] = s_act[h * kCodes + e];
-  const uint8_t* base = a.down + i0 + h * kCodes;
-  const float* scale_col = a.down_scales + i0 / a.block;
-  const int scale_cols = a.inter / a.block;
-  for (int r0 = 0; r0 < a.hidden; r0 += kRows * kColumnsUnroll) {
-    uint4 w[kColumnsUnroll];
-#pragma unroll
-    for (int u = 0; u < kColumnsUnroll; ++u) {
-      const int row = r0 + u * kRows + first_row;
-      w[u] = row < a.hidden
-                 ? __ldcs(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(row) * a.inter))
-                 : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kColumnsUnroll; ++u) {
-      const int row = r0 + u * kRows + first_row;
-      float wf[kCodes];
-      Unpack16(w[u], wf);
-      float part = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kCodes; ++e) part = fmaf(wf[e], act[e], part);
-#pragma unroll
-      for (int o = 1; o < kT; o <<= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-      if (h == 0 && row < a.hidden) {
-        atomicAdd(accum + row, part * __ldg(scale_col + (row / a.block) * scale_cols));
-      }
-    }
-  }
-}
-
-// Phase B, down as [inter, hidden] (down_transposed): thread t takes output columns 16 t, ...
-// s_part non-null: the partial outputs go there (added), for the cluster's reduction.
-template <int kSlice>
-__device__ __forceinline__ void DownRows(const GatedMlpGemvArgs& a, int i0, const float* s_act,
-                                         float* accum, float* s_part) {
+// Phase B: s_part[16 g + e] += sum over the unit's rows j of act_j * down_t[i0 + j][16 g + e],
+// thread t taking column groups g = t, t + kThreads, ...
+__device__ __forceinline__ void AddDownProducts(const GatedMlpGemvArgs& a, int i0,
+                                                const float* s_act, float* s_part) {
   const int groups = a.hidden / kCodes;
   const int scale_cols = a.hidden / a.block;
   for (int g = threadIdx.x; g < groups; g += kThreads) {
-    const uint8_t* base = a.down + static_cast<int64_t>(i0) * a.hidden + g * kCodes;
+    const uint8_t* base = a.down_t + static_cast<int64_t>(i0) * a.hidden + g * kCodes;
     float acc[kCodes] = {};
-    for (int j0 = 0; j0 < kSlice; j0 += kDownUnroll) {
-      uint4 w[kDownUnroll];
+    for (int j0 = 0; j0 < kSlice; j0 += kDownBatch) {
+      uint4 w[kDownBatch];
 #pragma unroll
-      for (int u = 0; u < kDownUnroll; ++u) {
+      for (int u = 0; u < kDownBatch; ++u) {
         w[u] = __ldcs(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(j0 + u) *
                                                                a.hidden));
       }
 #pragma unroll
-      for (int u = 0; u < kDownUnroll; ++u) {
+      for (int u = 0; u < kDownBatch; ++u) {
         float wf[kCodes];
         Unpack16(w[u], wf);
         const float act = s_act[j0 + u];
@@ -128,80 +90,68 @@ __device__ __forceinline__ void DownRows(const GatedMlpGemvArgs& a, int i0, cons
         for (int e = 0; e < kCodes; ++e) acc[e] = fmaf(wf[e], act, acc[e]);
       }
     }
-    const float scale = __ldg(a.down_scales + (i0 / a.block) * scale_cols + g * kCodes / a.block);
-    if (s_part != nullptr) {
+    // One scale for the unit: its 32 rows lie in one 128-block.
+    const float scale =
+        __ldg(a.down_t_scales + (i0 / a.block) * scale_cols + g * kCodes / a.block);
 #pragma unroll
-      for (int e = 0; e < kCodes; ++e) s_part[g * kCodes + e] += acc[e] * scale;
-      continue;
-    }
-    float* out = accum + g * kCodes;
-    if (a.bench_no_adds) {  // timing only: the sums kept live, never stored
-      if (acc[0] != acc[0]) out[0] = acc[0];
-      continue;
-    }
-#pragma unroll
-    for (int q = 0; q < kCodes; q += 4) {
-      RedAdd4(out + q, acc[q] * scale, acc[q + 1] * scale, acc[q + 2] * scale,
-              acc[q + 3] * scale);
-    }
+    for (int e = 0; e < kCodes; ++e) s_part[g * kCodes + e] += acc[e] * scale;
   }
 }
 
-template <int kSlice, bool kNorm, bool kTransposed>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) GatedMlpGemvKernel(const __grid_constant__
-                                                               GatedMlpGemvArgs a) {
-  static_assert(kSlice % kWarps == 0 && kSlice % kCodes == 0 && kSlice % kDownUnroll == 0,
-                "a unit: whole pairs per warp, whole loads per down row");
-  extern __shared__ uint4 s_x[];  // x [hidden / 8] bf16 chunks (kNorm: + the weight's)
-  __shared__ __align__(16) float s_act[kSlice];
+template <bool kNorm>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    GatedMlpGemvKernel(const __grid_constant__ GatedMlpGemvArgs a) {
+  // x [hidden / 8] bf16 chunks, (kNorm) the norm weight's, then the partial output [hidden] f32.
+  extern __shared__ uint4 s_x[];
+  __shared__ float s_act[kSlice];
   __shared__ bool s_last;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int chunks = a.hidden / kCodes;  // 16-byte loads per gate or up row
   const int units = a.inter / kSlice;
   const auto row_bytes = static_cast<int64_t>(a.hidden);
+  const int x_chunks = a.hidden / 8;
+  uint4* s_w = s_x + x_chunks;
+  float* s_part = reinterpret_cast<float*>(s_x + (kNorm ? 2 : 1) * x_chunks);
 
   uint4 wv[kUnroll][2];
   // Chunks c0, c0 + 32, ... of the gate and up rows of intermediate column j.
   const auto load_batch = [&](int j, int c0) {
 #pragma unroll
-    for (int g = 0; g < 2; ++g) {
-      const uint4* w = reinterpret_cast<const uint4*>(a.gate_up + (j + g * a.inter) * row_bytes);
+    for (int h = 0; h < 2; ++h) {
+      const uint4* w = reinterpret_cast<const uint4*>(a.gate_up + (j + h * a.inter) * row_bytes);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * kWarpSize;
-        wv[u][g] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
+        wv[u][h] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
       }
     }
   };
   if (static_cast<int>(blockIdx.x) < units) load_batch(blockIdx.x * kSlice + warp, lane);
-  const int x_chunks = a.hidden / 8;
-  uint4* s_w = s_x + x_chunks;
-  float* s_part = reinterpret_cast<float*>(s_x + (kNorm ? 2 : 1) * x_chunks);  // a.cluster > 1
-  if (kTransposed && a.cluster > 1) {
-    for (int i = threadIdx.x; i < a.hidden; i += kThreads) s_part[i] = 0.0f;
-  }
   if constexpr (kNorm) {  // a constant
     for (int c = threadIdx.x; c < x_chunks; c += kThreads) {
       CpAsync16(s_w + c, static_cast<const uint4*>(a.norm.weight) + c, 16);
     }
     CpAsyncCommit();
   }
+  for (int i = threadIdx.x; i < a.hidden; i += kThreads) s_part[i] = 0.0f;
   PdlBegin();  // x (and the norm's residual) belong to the stream's earlier kernels
   if constexpr (kNorm) {
     StageNormedX<1>(a.norm, a.x, a.hidden, a.hidden, s_w, s_x);
   } else {
-    for (int c = threadIdx.x; c < x_chunks; c += kThreads) s_x[c] = static_cast<const uint4*>(a.x)[c];
+    for (int c = threadIdx.x; c < x_chunks; c += kThreads) {
+      s_x[c] = static_cast<const uint4*>(a.x)[c];
+    }
   }
   __syncthreads();
 
   bool loaded = true;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int i0 = unit * kSlice;
+    const int scale_cols = a.hidden / a.block;
     for (int pair = warp; pair < kSlice; pair += kWarps) {
       const int j = i0 + pair;
-      const float* scale_row[2] = {a.gate_up_scales + (j / a.block) * (a.hidden / a.block),
-                                   a.gate_up_scales +
-                                       ((j + a.inter) / a.block) * (a.hidden / a.block)};
+      const float* scale_row[2] = {a.gate_up_scales + (j / a.block) * scale_cols,
+                                   a.gate_up_scales + ((j + a.inter) / a.block) * scale_cols};
       float acc[2] = {};
       for (int c0 = lane; c0 < chunks; c0 += kWarpSize * kUnroll) {
         if (!loaded) load_batch(j, c0);
@@ -214,14 +164,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GatedMlpGemvKernel(const
           UnpackBf16x8(s_x[2 * c], xf);
           UnpackBf16x8(s_x[2 * c + 1], xf + 8);
 #pragma unroll
-          for (int g = 0; g < 2; ++g) {
-            const float scale = __ldg(scale_row[g] + c * kCodes / a.block);
+          for (int h = 0; h < 2; ++h) {
+            const float scale = __ldg(scale_row[h] + c * kCodes / a.block);
             float wf[kCodes];
-            Unpack16(wv[u][g], wf);
+            Unpack16(wv[u][h], wf);
             float part = 0.0f;
 #pragma unroll
             for (int i = 0; i < kCodes; ++i) part = fmaf(wf[i], xf[i], part);
-            acc[g] = fmaf(part, scale, acc[g]);
+            acc[h] = fmaf(part, scale, acc[h]);
           }
         }
       }
@@ -231,35 +181,27 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GatedMlpGemvKernel(const
       if (lane == 0) s_act[pair] = RoundBf16(SiluMulOp{}(RoundBf16(acc[0]), RoundBf16(acc[1])));
     }
     __syncthreads();
-    float* accum = a.accum + (blockIdx.x % a.accum_copies) * a.hidden;  // cluster 1
-    if constexpr (kTransposed) {
-      DownRows<kSlice>(a, i0, s_act, accum, a.cluster > 1 ? s_part : nullptr);
-    } else {
-      DownColumns<kSlice>(a, i0, s_act, accum);
-    }
+    AddDownProducts(a, i0, s_act, s_part);
     __syncthreads();  // s_act is the next unit's
   }
 
-  if (kTransposed && a.cluster > 1) {
-    // The cluster's CTAs sum their partials through distributed shared memory, each CTA a
-    // share of the outputs, so each output gets one add per cluster instead of one per CTA.
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    cluster.sync();
-    const int ranks = static_cast<int>(cluster.num_blocks());
-    const int rank = static_cast<int>(cluster.block_rank());
-    const int quads = a.hidden / 4;
-    float* accum = a.accum + (blockIdx.x / ranks % a.accum_copies) * a.hidden;
-    for (int c = rank * quads / ranks + threadIdx.x; c < (rank + 1) * quads / ranks;
-         c += kThreads) {
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int q = 0; q < ranks; ++q) {  // in rank order
-        const float4 v = reinterpret_cast<const float4*>(cluster.map_shared_rank(s_part, q))[c];
-        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-      }
-      if (!a.bench_no_adds) RedAdd4(accum + 4 * c, sum.x, sum.y, sum.z, sum.w);
+  // The cluster's CTAs sum their partials through distributed shared memory, each CTA a share
+  // of the outputs in rank order, and add the sums to the accumulator.
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int quads = a.hidden / 4;
+  for (int c = rank * quads / kCluster + threadIdx.x; c < (rank + 1) * quads / kCluster;
+       c += kThreads) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int q = 0; q < kCluster; ++q) {
+      const float4 v = reinterpret_cast<const float4*>(cluster.map_shared_rank(s_part, q))[c];
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
     }
-    cluster.sync();  // no CTA leaves while another reads its shared memory
+    if (!a.bench_no_adds) RedAdd4(a.accum + 4 * c, sum);
   }
+  cluster.sync();  // no CTA leaves while another reads its shared memory
 
   // The last CTA to arrive sums up: every CTA's adds are ordered before its arrival (fence,
   // barrier, then thread 0's count), and the last one reads after its own fence.
@@ -270,25 +212,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) GatedMlpGemvKernel(const
   if (!s_last) return;
   __threadfence();
   auto* out = static_cast<__nv_bfloat162*>(a.out);
-  for (int c = threadIdx.x; c < a.hidden / 4; c += kThreads) {
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int k = 0; k < a.accum_copies; ++k) {  // in copy order
-      float4* p = reinterpret_cast<float4*>(a.accum + k * a.hidden) + c;
-      const float4 v = __ldcg(p);
-      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-      __stcg(p, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-    }
-    out[2 * c] = __floats2bfloat162_rn(sum.x, sum.y);
-    out[2 * c + 1] = __floats2bfloat162_rn(sum.z, sum.w);
+  for (int c = threadIdx.x; c < quads; c += kThreads) {
+    float4* p = reinterpret_cast<float4*>(a.accum) + c;
+    const float4 v = __ldcg(p);
+    out[2 * c] = __floats2bfloat162_rn(v.x, v.y);
+    out[2 * c + 1] = __floats2bfloat162_rn(v.z, v.w);
+    __stcg(p, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
   }
   if (threadIdx.x == 0) *a.arrivals = 0;
 }
 
-template <int kSlice, bool kNorm, bool kTransposed>
+size_t SmemBytes(const GatedMlpGemvArgs& a) {
+  return static_cast<size_t>(a.norm.weight != nullptr ? 2 : 1) * a.hidden * 2 +
+         static_cast<size_t>(a.hidden) * 4;
+}
+
+template <bool kNorm>
 cudaError_t LaunchWith(const GatedMlpGemvArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = GatedMlpGemvKernel<kSlice, kNorm, kTransposed>;
-  const size_t smem = static_cast<size_t>(kNorm ? 2 : 1) * a.hidden * 2 +
-                     (a.cluster > 1 ? static_cast<size_t>(a.hidden) * 4 : 0);
+  constexpr auto kernel = GatedMlpGemvKernel<kNorm>;
+  const size_t smem = SmemBytes(a);
   if (const cudaError_t err = AllowDynamicSharedMemory<kernel>(static_cast<int64_t>(smem));
       err != cudaSuccess) {
     return err;
@@ -297,12 +239,12 @@ cudaError_t LaunchWith(const GatedMlpGemvArgs& a, cudaStream_t stream) {
   if (const cudaError_t err = ResidentPerSm<kernel>(kThreads, smem, &per_sm); err != cudaSuccess) {
     return err;
   }
-  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * SmCount();
-  int64_t grid = std::min<int64_t>(a.inter / kSlice, resident);
-  grid -= grid % a.cluster;
+  // Every CTA resident at once, whole clusters (units is even: GatedMlpGemvSupports).
+  int64_t grid = std::min<int64_t>(a.inter / kSlice, int64_t{std::max(per_sm, 1)} * SmCount());
+  grid -= grid % kCluster;
   cudaLaunchAttribute attributes[2] = {};
   attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = static_cast<unsigned>(a.cluster);
+  attributes[0].val.clusterDim.x = kCluster;
   attributes[0].val.clusterDim.y = 1;
   attributes[0].val.clusterDim.z = 1;
   attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -317,47 +259,27 @@ cudaError_t LaunchWith(const GatedMlpGemvArgs& a, cudaStream_t stream) {
   return cudaLaunchKernelEx(&config, kernel, a);
 }
 
-template <int kSlice>
-cudaError_t LaunchSlice(const GatedMlpGemvArgs& a, cudaStream_t stream) {
-  const bool norm = a.norm.weight != nullptr;
-  if (a.down_transposed) {
-    return norm ? LaunchWith<kSlice, true, true>(a, stream)
-                : LaunchWith<kSlice, false, true>(a, stream);
-  }
-  return norm ? LaunchWith<kSlice, true, false>(a, stream)
-              : LaunchWith<kSlice, false, false>(a, stream);
-}
-
-int SliceOf(const GatedMlpGemvArgs& a) { return a.slice == 0 ? 32 : a.slice; }
-
 }  // namespace
 
 bool GatedMlpGemvSupports(const GatedMlpGemvArgs& a) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const int slice = SliceOf(a);
   const GemvNorm& n = a.norm;
   const bool norm_ok = n.weight == nullptr ||
                        (RmsNormTakesVectors(a.hidden) && n.normed != nullptr &&
                         (n.residual == nullptr) == (n.residual_out == nullptr) &&
                         aligned(n.weight) && aligned(n.residual) && aligned(n.residual_out) &&
                         aligned(n.normed));
-  return (slice == 16 || slice == 32 || slice == 64) && a.block == 128 && a.hidden >= 128 &&
-         a.hidden % 128 == 0 && a.inter >= 128 && a.inter % 128 == 0 &&
-         int64_t{2} * a.hidden * 2 <= kGemvMaxSharedBytes && norm_ok && aligned(a.x) &&
-         aligned(a.gate_up) && aligned(a.down) && aligned(a.out) && aligned(a.accum) &&
-         a.gate_up_scales != nullptr && a.down_scales != nullptr && a.arrivals != nullptr &&
-         a.accum_copies >= 1 && a.accum_copies <= 64 &&
-         (a.cluster == 1 || ((a.cluster == 2 || a.cluster == 4) && a.down_transposed));
+  const bool shape_ok = a.block == 128 && a.hidden >= 128 && a.hidden % 128 == 0 &&
+                        a.inter >= 128 && a.inter % (kSlice * kCluster) == 0 &&
+                        a.inter % 128 == 0 && SmemBytes(a) <= 64 * 1024;
+  return shape_ok && norm_ok && aligned(a.x) && aligned(a.gate_up) && aligned(a.down_t) &&
+         aligned(a.out) && aligned(a.accum) && a.gate_up_scales != nullptr &&
+         a.down_t_scales != nullptr && a.arrivals != nullptr;
 }
 
 cudaError_t LaunchGatedMlpGemv(const GatedMlpGemvArgs& a, cudaStream_t stream) {
   if (!GatedMlpGemvSupports(a)) return cudaErrorInvalidValue;
-  switch (SliceOf(a)) {
-    case 16: return LaunchSlice<16>(a, stream);
-    case 32: return LaunchSlice<32>(a, stream);
-    case 64: return LaunchSlice<64>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return a.norm.weight != nullptr ? LaunchWith<true>(a, stream) : LaunchWith<false>(a, stream);
 }
 
 }  // namespace xserv::kernels::cuda

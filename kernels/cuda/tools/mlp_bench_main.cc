@@ -1,7 +1,7 @@
 // xserv-mlp-bench: a gated MLP at one row with FP8 weights (Qwen3-8B's shape by default), as the
 // decode step runs it today (the norm-fused gate_up GEMV, SiluMul, the down GEMV: three kernels
-// under PDL) against the one-kernel form (gated_mlp_gemv.h), with down as in the checkpoint and
-// transposed ("-na" rows: timing only, the partial outputs never added). Weights rotate over enough copies that every call reads them
+// under PDL) against the one-kernel form (gated_mlp_gemv.h; "-na": timing only, the partial
+// outputs never added). Weights rotate over enough copies that every call reads them
 // from HBM; calls are captured into a CUDA graph and replayed, as the decode graphs do. Before
 // timing, every form's output on random weights is checked against the chain's (within one bf16
 // rounding) and the one-kernel form's scratch for being left zero; a failed check exits 1.
@@ -33,10 +33,6 @@ namespace kc = xserv::kernels::cuda;
 struct Variant {
   std::string name;
   bool fused = false;
-  bool transposed = false;
-  int copies = 1;        // GatedMlpGemvArgs::accum_copies
-  int slice = 0;
-  int cluster = 1;
   bool no_adds = false;  // timing only: no check
 };
 
@@ -82,11 +78,9 @@ struct Bench {
     if (v.fused) {
       const kc::GatedMlpGemvArgs a{
           .x = x, .norm = norm, .gate_up = c.gate_up, .gate_up_scales = c.gate_up_scales,
-          .down = v.transposed ? c.down_t : c.down,
-          .down_scales = v.transposed ? c.down_t_scales : c.down_scales,
-          .down_transposed = v.transposed, .block = 128, .hidden = hidden, .inter = inter,
-          .out = out, .accum = accum, .arrivals = arrivals, .accum_copies = v.copies,
-          .slice = v.slice, .cluster = v.cluster, .pdl = true, .bench_no_adds = v.no_adds};
+          .down_t = c.down_t, .down_t_scales = c.down_t_scales, .block = 128, .hidden = hidden,
+          .inter = inter, .out = out, .accum = accum, .arrivals = arrivals, .pdl = true,
+          .bench_no_adds = v.no_adds};
       CHECK_CUDA(kc::LaunchGatedMlpGemv(a, stream));
       return;
     }
@@ -175,9 +169,12 @@ int main(int argc, char** argv) {
   const int64_t copies = std::max<int64_t>(2, rotate_mib * (1 << 20) / mlp_bytes);
   std::mt19937 rng(7);
   for (int64_t i = 0; i < copies; ++i) {
-    Copy c{.gate_up = DeviceAlloc<uint8_t>(gu_codes), .gate_up_scales = DeviceAlloc<float>(gu_scales),
-           .down = DeviceAlloc<uint8_t>(dn_codes), .down_scales = DeviceAlloc<float>(dn_scales),
-           .down_t = DeviceAlloc<uint8_t>(dn_codes), .down_t_scales = DeviceAlloc<float>(dn_scales)};
+    Copy c{.gate_up = DeviceAlloc<uint8_t>(gu_codes),
+           .gate_up_scales = DeviceAlloc<float>(gu_scales),
+           .down = DeviceAlloc<uint8_t>(dn_codes),
+           .down_scales = DeviceAlloc<float>(dn_scales),
+           .down_t = DeviceAlloc<uint8_t>(dn_codes),
+           .down_t_scales = DeviceAlloc<float>(dn_scales)};
     if (i == 0) {  // random: the copy the checks run on
       Upload(c.gate_up, RandomCodes(gu_codes, rng));
       Upload(c.gate_up_scales, RandomScales(gu_scales, rng));
@@ -209,22 +206,14 @@ int main(int argc, char** argv) {
   b.normed = DeviceAlloc<__nv_bfloat16>(hidden);
   b.gate_up_out = DeviceAlloc<__nv_bfloat16>(size_t{2} * inter);
   b.out = DeviceAlloc<__nv_bfloat16>(hidden);
-  b.accum = DeviceAlloc<float>(size_t{16} * hidden);
+  b.accum = DeviceAlloc<float>(hidden);
   b.arrivals = DeviceAlloc<unsigned>(1);
-  CHECK_CUDA(cudaMemset(b.accum, 0, size_t{16} * hidden * 4));
+  CHECK_CUDA(cudaMemset(b.accum, 0, hidden * 4));
   CHECK_CUDA(cudaMemset(b.arrivals, 0, 4));
 
-  const std::vector<Variant> variants = {
-      {.name = "chain"},
-      {.name = "t-k1", .fused = true, .transposed = true, .copies = 1},
-      {.name = "t-k4", .fused = true, .transposed = true, .copies = 4},
-      {.name = "t-c2-k1", .fused = true, .transposed = true, .copies = 1, .cluster = 2},
-      {.name = "t-c2-k4", .fused = true, .transposed = true, .copies = 4, .cluster = 2},
-      {.name = "t-c4-k1", .fused = true, .transposed = true, .copies = 1, .cluster = 4},
-      {.name = "t-c4-k2", .fused = true, .transposed = true, .copies = 2, .cluster = 4},
-      {.name = "t-c4-k4", .fused = true, .transposed = true, .copies = 4, .cluster = 4},
-      {.name = "t-na", .fused = true, .transposed = true, .no_adds = true},
-      {.name = "t-c4-na", .fused = true, .transposed = true, .cluster = 4, .no_adds = true}};
+  const std::vector<Variant> variants = {{.name = "chain"},
+                                         {.name = "fused", .fused = true},
+                                         {.name = "fused-na", .fused = true, .no_adds = true}};
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
@@ -243,7 +232,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamSynchronize(stream));
     double worst = 0;
     const bool ok = CloseToChain(b.Out(), want, &worst);
-    std::vector<float> accum(size_t{16} * hidden);
+    std::vector<float> accum(hidden);
     unsigned arrivals = 1;
     CHECK_CUDA(cudaMemcpy(accum.data(), b.accum, accum.size() * 4, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(&arrivals, b.arrivals, 4, cudaMemcpyDeviceToHost));
