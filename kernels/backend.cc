@@ -38,6 +38,17 @@ absl::Status Backend::SiluMulMatmulFp8(const Tensor& gate, const Tensor& up, con
   return MatmulFp8(act, w, nullptr, out);
 }
 
+bool Backend::WantsFp8DownTransposed(int64_t /*hidden*/, int64_t /*inter*/,
+                                     int64_t /*block*/) const {
+  return false;
+}
+
+absl::Status Backend::GatedMlpRowFp8(const PreNorm* /*norm*/, const Tensor& /*normed*/,
+                                     const Fp8Weight& /*gate_up*/, const Fp8Weight& /*down_t*/,
+                                     const Tensor& /*out*/) {
+  return absl::UnimplementedError(absl::StrCat(name(), ": no one-op gated MLP"));
+}
+
 absl::Status Backend::AddRmsNormMatmul(const PreNorm& norm, const MatmulWeight& w,
                                        const Tensor* bias, const Tensor& out) {
   if ((w.dense == nullptr) == (w.fp8 == nullptr)) {

@@ -265,6 +265,20 @@ class Backend {
   virtual absl::Status SiluMulMatmulFp8(const Tensor& gate, const Tensor& up, const Tensor& act,
                                         const Fp8Weight& w, const Tensor& out);
   // GELU, tanh approximation (GPT-2's gelu_new); out may alias x.
+  // Whether a gated MLP's FP8 down projection ([hidden, inter], `block` x `block` scales) should
+  // also come transposed, made at load, for GatedMlpRowFp8 (CUDA with fused_mlp_row, on the
+  // shapes where its one-kernel form measured faster than the separate ops).
+  virtual bool WantsFp8DownTransposed(int64_t hidden, int64_t inter, int64_t block) const;
+  // A gated MLP at one row with FP8 weights as one op: out [1, H] = SiluMul(gate, up) · down^T,
+  // where [gate, up] = x · gate_up^T (gate_up [2 I, H], the gate rows first) and x is `normed`
+  // [1, H], or with `norm` the block's pre-norm, computed and written first as AddRmsNormMatmul
+  // writes it (x = norm->normed). down_t is down transposed ([I, H], WantsFp8DownTransposed).
+  // Unimplemented, having run nothing, where the backend has no such form for the operands (the
+  // default): the caller then runs the separate ops. Equal to them within a bf16 rounding (the
+  // partial sums may add in another order), not bit for bit.
+  virtual absl::Status GatedMlpRowFp8(const PreNorm* norm, const Tensor& normed,
+                                      const Fp8Weight& gate_up, const Fp8Weight& down_t,
+                                      const Tensor& out);
   virtual absl::Status GeluTanh(const Tensor& x, const Tensor& out) = 0;
 
   // ---- mixture of experts ---------------------------------------------------------------------

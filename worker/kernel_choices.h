@@ -26,6 +26,7 @@ struct KernelChoices {
   bool fuse_norm_gemv = true;      // each block's add + RMSNorm in its first FP8 decode GEMV
   bool fuse_norm_quant = false;    // that norm writes the W8A8 activation codes too
   bool fuse_silu_quant = false;    // the MLP's SiluMul writes the down projection's codes too
+  bool fused_mlp_row = false;      // a one-row FP8 MLP as one kernel (down transposed at load)
   bool gemm_autotune = false;      // time cuBLASLt candidates per GEMM shape family
   bool fp8_w8a8 = false;           // FP8 activations + block-scaled FP8 GEMM above 8 rows
   int fp8_w8a8_row_scales_rows = 64;  // ... with per-row weight scales up to this many rows
@@ -104,6 +105,15 @@ inline void AddKernelChoiceFlags(CLI::App& app, KernelChoices& k) {
                  "SiluMul writes the down projection's W8A8 activation codes too, instead of the "
                  "quantiser kernel after it (bit-identical; 1 % at 64 rows, nothing at 256 or "
                  "served, docs/benchmarks sessions 20-22)")
+      ->capture_default_str();
+  app.add_option("--fused-mlp-row", k.fused_mlp_row,
+                 "cuda, experimental, with --fp8-matmuls: at one row each gated MLP (gate_up, "
+                 "SiluMul, down) runs as one kernel whose CTAs each take 32 intermediate columns "
+                 "and add their share of the output, instead of three kernels that wait for each "
+                 "other (Qwen3-8B's MLP on an H200: 42.2 against 46.6 µs, docs/benchmarks "
+                 "session 34); keeps a transposed copy of every FP8 down projection (1.8 GB on "
+                 "Qwen3-8B), on MLPs of at least two 32-column units per SM; sums in the order "
+                 "the CTAs finish, so not with --batch-invariant")
       ->capture_default_str();
   app.add_option("--gemm-autotune", k.gemm_autotune,
                  "cuda, experimental: time cuBLASLt's candidates per GEMM shape family on first "
@@ -184,6 +194,7 @@ inline kernels::cuda::CudaBackendOptions CudaOptionsOf(const KernelChoices& k,
           .fuse_moe_norm = k.fuse_moe_norm,
           .fuse_norm_gemv = k.fuse_norm_gemv && fp8_matmuls,
           .fuse_norm_quant = k.fuse_norm_quant && fp8_matmuls && k.fp8_w8a8,
+          .fused_mlp_row = k.fused_mlp_row && fp8_matmuls,
           .fuse_silu_quant = k.fuse_silu_quant && fp8_matmuls && k.fp8_w8a8,
           .fp8_w8a8 = k.fp8_w8a8,
           .fp8_w8a8_row_scales_rows = k.fp8_w8a8_row_scales_rows,

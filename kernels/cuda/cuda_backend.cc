@@ -37,6 +37,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                        .pdl = options.pdl,
                                        .autotune = options.gemm_autotune}));
   if (options.profile_ops) backend->profiler_ = std::make_unique<OpProfiler>();
+  if (options.fused_mlp_row) {  // before any graph captures the op
+    ASSIGN_OR_RETURN(backend->mlp_row_scratch_,
+                     backend->Allocate(DType::kF32, {kMlpRowMaxHidden + 4}));
+    RETURN_IF_CUDA_ERROR(
+        cudaMemset(backend->mlp_row_scratch_.view().data, 0, (kMlpRowMaxHidden + 4) * 4));
+  }
   return backend;
 }
 

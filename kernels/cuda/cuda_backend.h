@@ -97,6 +97,12 @@ struct CudaBackendOptions {
   // the norm kernel also writes the FP8 codes and scales of its output (NormArgs::fp8_codes),
   // bit-identical to the quantiser, which then does not run. Also makes FusesNormIntoMatmul true.
   bool fuse_norm_quant = false;
+  // GatedMlpRowFp8 as one kernel (gated_mlp_gemv.h): at one row, a gated MLP with FP8 weights
+  // in 128-blocks and at least two 32-column units per SM (measured faster than the three
+  // kernels on Qwen3-8B's MLP, slower on small ones: docs/benchmarks session 34), with down
+  // transposed at load (WantsFp8DownTransposed: another copy of each down projection). Not in
+  // the batch-invariant mode (its sums add in the order the CTAs finish).
+  bool fused_mlp_row = false;
   // With fp8_w8a8, above 8 rows: SiluMulMatmulFp8's activation kernel writes the W8A8 GEMM's
   // activation codes too (fp8_quant.h LaunchSiluMulQuantizeFp8Rows), no quantiser kernel.
   bool fuse_silu_quant = false;
@@ -192,6 +198,9 @@ class CudaBackend final : public Backend {
   absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   absl::Status MatmulSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
                              const Tensor& out) override;
+  bool WantsFp8DownTransposed(int64_t hidden, int64_t inter, int64_t block) const override;
+  absl::Status GatedMlpRowFp8(const PreNorm* norm, const Tensor& normed, const Fp8Weight& gate_up,
+                              const Fp8Weight& down_t, const Tensor& out) override;
   absl::Status SiluMulMatmulFp8(const Tensor& gate, const Tensor& up, const Tensor& act,
                                 const Fp8Weight& w, const Tensor& out) override;
   absl::Status GeluTanh(const Tensor& x, const Tensor& out) override;
@@ -275,6 +284,10 @@ class CudaBackend final : public Backend {
   Buffer sample_rows_, sample_adjustments_, sample_results_;
   // Attention's split partials (attention.h), grown on demand.
   Buffer attention_partials_, decode_partials_;
+  // GatedMlpRowFp8's accumulator (f32 [kMlpRowMaxHidden]) and arrival counter, zeroed at
+  // creation and left zero by every launch; allocated with fused_mlp_row only.
+  static constexpr int64_t kMlpRowMaxHidden = 16384;
+  Buffer mlp_row_scratch_;
   // ArgMax's per-chunk partials (softmax.h), grown on demand.
   Buffer argmax_partials_;
   int sm_count_ = 0;  // the device's SMs: how many CTAs fill it

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_dequant.h"
 #include "kernels/cuda/fp8_gemv_mma.h"
+#include "kernels/cuda/gated_mlp_gemv.h"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
@@ -129,6 +130,30 @@ bool Overlap(const Tensor& a, const Tensor& b) {
   const auto [a0, a1] = range(a);
   const auto [b0, b1] = range(b);
   return a0 < b1 && b0 < a1;
+}
+
+// A block's pre-norm ahead of a projection into `out` (AddRmsNormMatmul, GatedMlpRowFp8): its
+// operands, and that what the fused kernels write overlaps neither what every CTA reads (x,
+// residual) nor each other.
+absl::Status CheckPreNorm(const char* op, const PreNorm& p, const Tensor& out) {
+  RETURN_IF_ERROR(ExpectAddRmsNormOperands(op, p.x, p.residual, p.weight, p.normed));
+  RETURN_IF_ERROR(ExpectRank(op, "x", p.x, 2));
+  RETURN_IF_ERROR(ExpectCuda(op, "residual_out", p.residual_out));
+  RETURN_IF_ERROR(ExpectDType(op, "residual_out", p.residual_out, DType::kBF16));
+  RETURN_IF_ERROR(ExpectRowMajor(op, "residual_out", p.residual_out));
+  RETURN_IF_ERROR(ExpectSameShape(op, p.x, p.residual_out));
+  for (const Tensor* in : {&p.x, &p.residual}) {
+    for (const Tensor* written : {&p.residual_out, &p.normed, &out}) {
+      if (Overlap(*in, *written)) {
+        return OpError(op, "residual_out, normed and out must not overlap x or residual");
+      }
+    }
+  }
+  if (Overlap(p.residual_out, p.normed) || Overlap(p.residual_out, out) ||
+      Overlap(p.normed, out)) {
+    return OpError(op, "residual_out, normed and out must not overlap each other");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -286,6 +311,75 @@ absl::Status CudaBackend::SiluMulMatmulFp8(const Tensor& gate, const Tensor& up,
   return Backend::SiluMulMatmulFp8(gate, up, act, w, out);  // a refused shape: the two ops
 }
 
+bool CudaBackend::WantsFp8DownTransposed(int64_t hidden, int64_t inter, int64_t block) const {
+  // The one-kernel form keeps a CTA per 32 intermediate columns resident, three per SM; it
+  // measured faster than the three kernels with 384 such units on 132 SMs (Qwen3-8B) and slower
+  // with 96 (a 1024 x 3072 MLP): it is taken from two units per SM.
+  return !mlp_row_scratch_.empty() && !options_.batch_invariant && block == 128 &&
+         hidden % 128 == 0 && hidden <= kMlpRowMaxHidden && inter % 128 == 0 &&
+         inter / 32 >= 2 * int64_t{sm_count_};
+}
+
+absl::Status CudaBackend::GatedMlpRowFp8(const PreNorm* p, const Tensor& normed,
+                                         const Fp8Weight& gate_up, const Fp8Weight& down_t,
+                                         const Tensor& out) {
+  constexpr const char* kOp = "GatedMlpRowFp8";
+  pending_l2_prefetch_ = {};  // no GEMV here takes the hint
+  const Tensor& x = p != nullptr ? p->normed : normed;
+  // Everything checked before the launch: no half-done op on bad input.
+  for (const auto& [name, t] : {std::pair{"x", &x}, std::pair{"out", &out}}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, name, *t));
+    RETURN_IF_ERROR(ExpectDType(kOp, name, *t, DType::kBF16));
+    RETURN_IF_ERROR(ExpectRank(kOp, name, *t, 2));
+    RETURN_IF_ERROR(ExpectContiguous(kOp, name, *t));
+  }
+  RETURN_IF_ERROR(ExpectSameShape(kOp, x, out));
+  const int64_t hidden = x.dim(1), inter = down_t.codes.dim(0);
+  for (const Fp8Weight* w : {&gate_up, &down_t}) {
+    RETURN_IF_ERROR(ExpectCuda(kOp, "FP8 codes", w->codes));
+    RETURN_IF_ERROR(ExpectCuda(kOp, "FP8 scales", w->scales));
+    RETURN_IF_ERROR(ExpectFp8Weight(kOp, w->codes, w->scales, w->block, hidden));
+  }
+  RETURN_IF_ERROR(ExpectDim(kOp, "gate_up codes", gate_up.codes, 0, 2 * inter));
+  if (p != nullptr) RETURN_IF_ERROR(CheckPreNorm(kOp, *p, out));
+  if (Overlap(x, out)) return OpError(kOp, "out must not overlap x");
+  if (x.dim(0) != 1 || mlp_row_scratch_.empty() || hidden > kMlpRowMaxHidden ||
+      gate_up.block != down_t.block) {
+    return absl::UnimplementedError("GatedMlpRowFp8: one row, fused_mlp_row");
+  }
+  auto* scratch = static_cast<float*>(mlp_row_scratch_.view().data);
+  GatedMlpGemvArgs args{.x = x.data,
+                        .gate_up = gate_up.codes.as<uint8_t>(),
+                        .gate_up_scales = gate_up.scales.as<float>(),
+                        .down_t = down_t.codes.as<uint8_t>(),
+                        .down_t_scales = down_t.scales.as<float>(),
+                        .block = static_cast<int>(down_t.block),
+                        .hidden = static_cast<int>(hidden),
+                        .inter = static_cast<int>(inter),
+                        .out = out.data,
+                        .accum = scratch,
+                        .arrivals = reinterpret_cast<unsigned*>(scratch + kMlpRowMaxHidden),
+                        .pdl = options_.pdl_decode_kernels};
+  if (p != nullptr) {
+    const RowsView residual = AsRows(p->residual), residual_out = AsRows(p->residual_out),
+                   normed_rows = AsRows(p->normed);
+    args.x = p->x.data;
+    args.norm = GemvNorm{.residual = residual.data,
+                         .ld_residual = residual.stride,
+                         .residual_out = residual_out.data,
+                         .ld_residual_out = residual_out.stride,
+                         .normed = normed_rows.data,
+                         .ld_normed = normed_rows.stride,
+                         .weight = p->weight.data,
+                         .eps = p->eps};
+  }
+  if (!GatedMlpGemvSupports(args)) {
+    return absl::UnimplementedError("GatedMlpRowFp8: a shape the one-kernel form does not take");
+  }
+  return LaunchedWeights(kOp, LaunchGatedMlpGemv(args, stream_), hidden, 3 * inter,
+                         3.0 * static_cast<double>(inter * hidden));
+}
+
 absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight& w,
                                            const Tensor* bias, const Tensor& out) {
   constexpr const char* kOp = "AddRmsNormMatmul";
@@ -294,29 +388,12 @@ absl::Status CudaBackend::AddRmsNormMatmul(const PreNorm& p, const MatmulWeight&
   if ((w.dense == nullptr) == (w.fp8 == nullptr)) {
     return OpError(kOp, "give exactly one of a dense and an FP8 weight");
   }
-  RETURN_IF_ERROR(ExpectAddRmsNormOperands(kOp, p.x, p.residual, p.weight, p.normed));
-  RETURN_IF_ERROR(ExpectRank(kOp, "x", p.x, 2));
-  RETURN_IF_ERROR(ExpectCuda(kOp, "residual_out", p.residual_out));
-  RETURN_IF_ERROR(ExpectDType(kOp, "residual_out", p.residual_out, DType::kBF16));
-  RETURN_IF_ERROR(ExpectRowMajor(kOp, "residual_out", p.residual_out));
-  RETURN_IF_ERROR(ExpectSameShape(kOp, p.x, p.residual_out));
+  RETURN_IF_ERROR(CheckPreNorm(kOp, p, out));
   // Everything checked before the first launch: no half-done op on bad input.
   if (w.dense != nullptr) {
     RETURN_IF_ERROR(CheckDenseMatmul(kOp, p.normed, *w.dense, bias, out, call));
   } else {
     RETURN_IF_ERROR(CheckFp8Matmul(kOp, p.normed, *w.fp8, bias, out, call));
-  }
-  // A fused kernel reads x and residual in every CTA while one CTA writes the others.
-  for (const Tensor* in : {&p.x, &p.residual}) {
-    for (const Tensor* written : {&p.residual_out, &p.normed, &out}) {
-      if (Overlap(*in, *written)) {
-        return OpError(kOp, "residual_out, normed and out must not overlap x or residual");
-      }
-    }
-  }
-  if (Overlap(p.residual_out, p.normed) || Overlap(p.residual_out, out) ||
-      Overlap(p.normed, out)) {
-    return OpError(kOp, "residual_out, normed and out must not overlap each other");
   }
   // One row of FP8 weights only (gemv.h, GemvNorm, says why): the GEMV that MatmulFp8 would run
   // on normed, given the norm as its prologue.

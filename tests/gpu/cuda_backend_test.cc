@@ -767,6 +767,128 @@ TEST_F(CudaOps, SiluMulMatmulFp8QuantFusedEqualsTheSeparateOps) {
   ASSERT_TRUE((*fused)->TakeOpProfile().ok());
 }
 
+// GatedMlpRowFp8 (fused_mlp_row: one kernel, down transposed) against the ops it replaces
+// (AddRmsNormMatmul or MatmulFp8 into gate_up, SiluMul, MatmulFp8 of down): the output within a
+// bf16 rounding, the pre-norm's sum and normalised row bit for bit, one kernel in the profile.
+// Two rows and a backend without the option are Unimplemented, a mismatched down is refused;
+// neither launches anything.
+TEST_F(CudaOps, GatedMlpRowFp8MatchesTheSeparateOps) {
+  auto fused = CudaBackend::Create(CudaBackendOptions{.device = 0,
+                                                      .pdl = true,
+                                                      .pdl_decode_kernels = true,
+                                                      .fuse_norm_gemv = true,
+                                                      .fused_mlp_row = true,
+                                                      .profile_ops = true});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  std::mt19937 rng(23);
+  const int64_t hidden = 1024, inter = 3072;
+  const auto fp8_of = [&](int64_t rows, int64_t cols, bool transpose) {
+    std::vector<float> values(rows * cols);
+    for (float& v : values) v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
+    Fp8Blocks q = QuantizeFp8Blocks(values, rows, cols, 128);
+    if (transpose) {  // [cols, rows]: the codes and their block scales
+      Fp8Blocks t{.codes = std::vector<uint8_t>(q.codes.size()),
+                  .scale_inv = std::vector<float>(q.scale_inv.size())};
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) t.codes[c * rows + r] = q.codes[r * cols + c];
+      }
+      for (int64_t r = 0; r < rows / 128; ++r) {
+        for (int64_t c = 0; c < cols / 128; ++c) {
+          t.scale_inv[c * (rows / 128) + r] = q.scale_inv[r * (cols / 128) + c];
+        }
+      }
+      q = std::move(t);
+      std::swap(rows, cols);
+    }
+    Fp8Weight w{.codes = Keep(cuda().Allocate(DType::kU8, {rows, cols})),
+                .scales = Upload(q.scale_inv, {rows / 128, cols / 128}, DType::kF32).cuda,
+                .block = 128};
+    EXPECT_TRUE(cuda().CopyFromHost(q.codes.data(), w.codes).ok());
+    return std::pair{w, q};
+  };
+  const auto [gate_up, gate_up_q] = fp8_of(2 * inter, hidden, false);
+  std::mt19937 down_rng = rng;  // the same values twice: down, then down transposed
+  const auto [down, down_q] = fp8_of(hidden, inter, false);
+  rng = down_rng;
+  const auto [down_t, down_t_q] = fp8_of(hidden, inter, true);
+  const std::vector<float> x = RandomBf16(hidden, rng, -2, 2);
+  const std::vector<float> residual = RandomBf16(hidden, rng, -2, 2);
+  const Tensor norm_weight = Upload(RandomBf16(hidden, rng, 0.5f, 1.5f), {hidden}).cuda;
+  for (const bool with_norm : {false, true}) {
+    SCOPED_TRACE(with_norm ? "with the pre-norm" : "normed x");
+    // Fresh operands per run: the pre-norm writes residual_out and normed.
+    struct Operands {
+      Tensor x, residual, residual_out, normed, out;
+      PreNorm norm;
+    };
+    const auto operands = [&](const Tensor& weight) {
+      Operands o{.x = Upload(x, {1, hidden}).cuda,
+                 .residual = Upload(residual, {1, hidden}).cuda,
+                 .residual_out = Poisoned({1, hidden}).cuda,
+                 .normed = Upload(x, {1, hidden}).cuda,  // x itself without the pre-norm
+                 .out = Poisoned({1, hidden}).cuda};
+      o.norm = PreNorm{.x = o.x, .residual = o.residual, .residual_out = o.residual_out,
+                       .weight = weight, .eps = 1e-6f, .normed = o.normed};
+      if (with_norm) UploadCuda(std::vector<float>(hidden, NAN), o.normed);
+      return o;
+    };
+    const Operands want = operands(norm_weight);
+    const Tensor gate_up_out = Poisoned({1, 2 * inter}).cuda;
+    const Tensor gate = gate_up_out.SliceLast(0, inter), up = gate_up_out.SliceLast(inter, 2 * inter);
+    if (with_norm) {
+      ASSERT_TRUE(cuda().AddRmsNormMatmul(want.norm, MatmulWeight{.fp8 = &gate_up}, nullptr,
+                                          gate_up_out).ok());
+    } else {
+      ASSERT_TRUE(cuda().MatmulFp8(want.normed, gate_up, nullptr, gate_up_out).ok());
+    }
+    ASSERT_TRUE(cuda().SiluMul(gate, up, gate).ok());
+    ASSERT_TRUE(cuda().MatmulFp8(gate, down, nullptr, want.out).ok());
+    ASSERT_TRUE(cuda().Synchronize().ok());
+
+    const Operands got = operands(norm_weight);
+    EXPECT_TRUE(cuda().Synchronize().ok());
+    EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
+    const absl::Status st = (*fused)->GatedMlpRowFp8(with_norm ? &got.norm : nullptr, got.normed,
+                                                     gate_up, down_t, got.out);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE((*fused)->HoldForProfile(10).ok());
+    const auto profile = (*fused)->TakeOpProfile();
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    int64_t kernels = 0, mlp = 0;
+    for (const OpTime& op : *profile) {
+      if (op.op == "HoldForProfile") continue;
+      kernels += op.calls;
+      if (op.op.rfind("GatedMlpRowFp8 ", 0) == 0) mlp += op.calls;
+    }
+    EXPECT_EQ(mlp, 1);
+    EXPECT_EQ(kernels, 1);
+    const std::vector<float> want_out = DownloadCuda(want.out), got_out = DownloadCuda(got.out);
+    EXPECT_LT(RelativeError(got_out, want_out), 8e-3);
+    EXPECT_GT(*std::max_element(want_out.begin(), want_out.end()), 0.0f);  // not trivial
+    if (with_norm) {
+      EXPECT_TRUE(SameBits(DownloadCuda(want.normed), DownloadCuda(got.normed)));
+      EXPECT_TRUE(SameBits(DownloadCuda(want.residual_out), DownloadCuda(got.residual_out)));
+    }
+  }
+  // Refused, nothing launched: two rows and a backend without the option (Unimplemented: the
+  // caller runs the ops), down of the wrong width (InvalidArgument).
+  const Tensor two_rows = Upload(RandomBf16(2 * hidden, rng), {2, hidden}).cuda;
+  const Tensor out2 = Poisoned({2, hidden}).cuda, out1 = Poisoned({1, hidden}).cuda;
+  const Tensor one_row = Upload(x, {1, hidden}).cuda;
+  EXPECT_EQ((*fused)->GatedMlpRowFp8(nullptr, two_rows, gate_up, down_t, out2).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(cuda().GatedMlpRowFp8(nullptr, one_row, gate_up, down_t, out1).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ((*fused)->GatedMlpRowFp8(nullptr, one_row, gate_up, down, out1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::isnan(DownloadCuda(out1)[0]));
+  EXPECT_TRUE(std::isnan(DownloadCuda(out2)[0]));
+  EXPECT_FALSE(cuda().WantsFp8DownTransposed(4096, 12288, 128));  // the option off
+  EXPECT_TRUE((*fused)->WantsFp8DownTransposed(4096, 12288, 128));
+  EXPECT_FALSE((*fused)->WantsFp8DownTransposed(1024, 3072, 128));  // < 2 units per SM
+  ASSERT_TRUE((*fused)->TakeOpProfile().ok());
+}
+
 // The norm kernel's FP8 codes and scales (NormArgs::fp8_codes) against the quantiser run on its
 // bf16 output, byte for byte: 640 columns (a warp's two half warps in different states at the
 // row's end), 4096, rows with a NaN, an infinity and an all-zero group, and the scale layout

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -350,6 +352,46 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
   return w;
 }
 
+namespace {
+
+// w [rows, cols] as [cols, rows], codes and (square) block scales alike.
+WeightLoader::Fp8HostWeight TransposeFp8(const WeightLoader::Fp8HostWeight& w) {
+  const auto transpose = [](const auto& v, int64_t rows, int64_t cols) {
+    std::remove_cvref_t<decltype(v)> t(v.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
+    }
+    return t;
+  };
+  const int64_t b = w.block;
+  return {.codes = transpose(w.codes, w.rows, w.cols),
+          .scales = transpose(w.scales, (w.rows + b - 1) / b, (w.cols + b - 1) / b),
+          .rows = w.cols,
+          .cols = w.rows,
+          .block = b};
+}
+
+// An MLP's down projection [H, I] (the rank's columns of it): TakeLinear's, and, FP8 where the
+// backend wants it, transposed into `down_t` as well.
+LinearWeight TakeDown(WeightLoader& loader, Backend& backend, const TpShard& tp,
+                      const std::string& name, const ModelConfig& c, LinearWeight& down_t) {
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const TensorSlice cols = tp.Split(1, inter);
+  std::optional<WeightLoader::Fp8HostWeight> fp8 =
+      loader.TakeFp8(name, {h, inter}, tp.sharded() ? &cols : nullptr);
+  if (!fp8) return TakeLinear(loader, backend, tp, name, {h, inter}, cols);
+  absl::Status status;
+  LinearWeight down = UploadFp8(backend, *fp8, status);
+  if (!fp8->codes.empty() && status.ok() &&
+      backend.WantsFp8DownTransposed(fp8->rows, fp8->cols, fp8->block)) {
+    down_t = UploadFp8(backend, TransposeFp8(*fp8), status);
+  }
+  if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
+  return down;
+}
+
+}  // namespace
+
 GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
                                       const ModelConfig& c, const TpShard& tp,
                                       const std::string& prefix, absl::Status& status) {
@@ -358,7 +400,7 @@ GatedMlpWeights GatedMlpWeights::Load(WeightLoader& loader, Backend& backend,
   GatedMlpWeights w;
   const TensorSlice rows = tp.Split(0, inter);
   const TensorSlice* held = tp.sharded() ? &rows : nullptr;
-  w.down = TakeLinear(loader, backend, tp, p + "down_proj.weight", {h, inter}, tp.Split(1, inter));
+  w.down = TakeDown(loader, backend, tp, p + "down_proj.weight", c, w.down_t);
   // FP8 gate and up stack into one FP8 gate_up when their rows end on a block edge (codes and
   // scales then stack row-wise); otherwise both are taken dense below.
   std::optional<WeightLoader::Fp8HostWeight> gate = loader.TakeFp8(p + "gate_proj.weight",
@@ -487,6 +529,12 @@ absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tenso
   // weights in one op, which a backend may fuse: Backend::MatmulSiluMul, unless the pre-norm is
   // fused into the projection instead).
   const Tensor gate = gate_up.SliceLast(0, inter);
+  const Tensor out = ws.block_out.view().SliceRows(0, tokens);
+  if (tokens == 1 && !w.down_t.empty() && !w.gate_up.codes.empty()) {  // one op, if it can
+    const absl::Status fused =
+        backend.GatedMlpRowFp8(norm, normed, w.gate_up.fp8(), w.down_t.fp8(), out);
+    if (!absl::IsUnimplemented(fused)) return fused;
+  }
   PrefetchAfterNextMatmul(backend, &w.down);
   const Tensor up = gate_up.SliceLast(inter, 2 * inter);
   bool act_done = false;
@@ -497,7 +545,6 @@ absl::Status RunGatedMlp(Backend& backend, const GatedMlpWeights& w, const Tenso
     RETURN_IF_ERROR(RunNormLinear(backend, norm, normed, w.gate_up, nullptr, gate_up));
   }
   PrefetchAfterNextMatmul(backend, after_down);
-  const Tensor out = ws.block_out.view().SliceRows(0, tokens);
   if (!act_done && !w.down.codes.empty()) {  // SiluMul and the FP8 down as one op
     return backend.SiluMulMatmulFp8(gate, up, gate, w.down.fp8(), out);
   }

@@ -109,6 +109,9 @@ struct AttentionWeights {
 // (row-parallel); I this rank's share of intermediate_size.
 struct GatedMlpWeights {
   LinearWeight gate_up, down;
+  // FP8 down transposed ([I, H]), where the backend wants it (Backend::WantsFp8DownTransposed):
+  // one-row steps then run the whole MLP as Backend::GatedMlpRowFp8.
+  LinearWeight down_t;
   // Failures (a missing tensor, no memory for the stacked copy) land in `status`.
   static GatedMlpWeights Load(WeightLoader& loader, Backend& backend, const ModelConfig& config,
                               const TpShard& tp, const std::string& prefix, absl::Status& status);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -460,6 +461,157 @@ TEST(Fp8Model, LmHeadStaysDenseWhereFp8GemmsWouldDecodeIt) {
       ASSERT_TRUE(w.codes.empty());
       EXPECT_EQ(testing::ToHost(*backend, w.dense), rounded);
     }
+  }
+}
+
+// A backend with a one-op gated MLP (Backend::GatedMlpRowFp8) that takes the down projection
+// transposed: it computes the op from the transposed weight on the host, so that the loader's
+// transposition and the model's use of it are checked against the CPU's separate ops.
+class TransposedDownCpuBackend : public kernels::cpu::CpuBackend {
+ public:
+  TransposedDownCpuBackend() : CpuBackend(kernels::cpu::CpuBackendOptions{}) {}
+  bool WantsFp8DownTransposed(int64_t, int64_t, int64_t) const override { return true; }
+  absl::Status GatedMlpRowFp8(const kernels::PreNorm* norm, const kernels::Tensor& normed,
+                              const kernels::Fp8Weight& gate_up, const kernels::Fp8Weight& down_t,
+                              const kernels::Tensor& out) override {
+    if (normed.dim(0) != 1) return absl::UnimplementedError("one row");
+    ++calls;
+    const int64_t inter = down_t.codes.dim(0), hidden = down_t.codes.dim(1);
+    ASSIGN_OR_RETURN(kernels::Buffer gu, Allocate(kernels::DType::kF32, {1, 2 * inter}));
+    const kernels::Tensor g = gu.view().SliceLast(0, inter);
+    if (norm != nullptr) {
+      RETURN_IF_ERROR(AddRmsNormMatmul(*norm, kernels::MatmulWeight{.fp8 = &gate_up}, nullptr,
+                                       gu.view()));
+    } else {
+      RETURN_IF_ERROR(MatmulFp8(normed, gate_up, nullptr, gu.view()));
+    }
+    RETURN_IF_ERROR(SiluMul(g, gu.view().SliceLast(inter, 2 * inter), g));
+    std::vector<float> act(2 * inter), down_values(inter * hidden), result(hidden);
+    RETURN_IF_ERROR(CopyToHost(gu.view(), act.data()));
+    std::vector<uint8_t> codes(inter * hidden);
+    std::vector<float> scales(down_t.scales.numel());
+    RETURN_IF_ERROR(CopyToHost(down_t.codes, codes.data()));
+    RETURN_IF_ERROR(CopyToHost(down_t.scales, scales.data()));
+    kernels::DequantizeFp8Blocks({.codes = codes, .scale_inv = scales}, inter, hidden,
+                                 down_t.block, down_values);
+    for (int64_t h = 0; h < hidden; ++h) {
+      double sum = 0;
+      for (int64_t i = 0; i < inter; ++i) sum += double{act[i]} * down_values[i * hidden + h];
+      result[h] = static_cast<float>(sum);
+    }
+    return CopyFromHost(result.data(), out);
+  }
+  int calls = 0;
+};
+
+// --fused-mlp-row's model side on the CPU: the loader transposes the FP8 down projection (codes
+// and block scales) for a backend that asks, and a one-row step's MLP goes through
+// GatedMlpRowFp8 with it (with and without the block's pre-norm), giving the separate ops'
+// output; steps of two rows keep the separate ops.
+TEST(Fp8Model, OneRowMlpTakesTheTransposedDown) {
+  constexpr int64_t kHidden = 64, kInter = 96, kBlock = 32;
+  std::mt19937 rng(11);
+  const auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = std::uniform_real_distribution<float>(-0.5f, 0.5f)(rng);
+    return v;
+  };
+  const std::vector<float> gate = random(kInter * kHidden), up = random(kInter * kHidden),
+                           down = random(kHidden * kInter);
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "fp8_mlp_row").string();
+  std::filesystem::create_directories(dir);
+  const auto view = [](const char* name, const std::vector<float>& v, int64_t rows,
+                       int64_t cols) {
+    return safetensors::TensorView{.name = name, .dtype = safetensors::DType::kF32,
+                                   .shape = {rows, cols}, .data = std::as_bytes(std::span(v))};
+  };
+  const std::vector<safetensors::TensorView> tensors = {
+      view("model.layers.0.mlp.gate_proj.weight", gate, kInter, kHidden),
+      view("model.layers.0.mlp.up_proj.weight", up, kInter, kHidden),
+      view("model.layers.0.mlp.down_proj.weight", down, kHidden, kInter)};
+  ASSERT_TRUE(safetensors::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  ModelConfig config;
+  config.hidden_size = kHidden;
+  config.intermediate_size = kInter;
+  config.num_heads = 2;
+  config.num_kv_heads = 1;
+  config.head_dim = 32;
+  const std::vector<float> x = random(2 * kHidden), residual = random(2 * kHidden),
+                           norm_weight = random(kHidden);
+
+  kernels::cpu::CpuBackend cpu(kernels::cpu::CpuBackendOptions{});
+  TransposedDownCpuBackend transposing;
+  // [backend][pre-norm][rows] -> the MLP's output rows.
+  std::vector<float> outputs[2][2][2];
+  for (int b = 0; b < 2; ++b) {
+    kernels::Backend& backend = b == 0 ? static_cast<kernels::Backend&>(cpu) : transposing;
+    auto loader = WeightLoader::Open(dir, backend);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    loader->set_fp8_matmuls(true);
+    loader->set_quantize_fp8_block(kBlock);
+    absl::Status status;
+    const GatedMlpWeights w =
+        GatedMlpWeights::Load(*loader, backend, config, TpShard{}, "model.layers.0.", status);
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(loader->Finish().ok());
+    ASSERT_FALSE(w.down.codes.empty());
+    if (b == 0) {
+      EXPECT_TRUE(w.down_t.empty());
+    } else {  // codes and scales transposed exactly
+      ASSERT_FALSE(w.down_t.codes.empty());
+      const kernels::Tensor d = w.down.codes.view(), dt = w.down_t.codes.view();
+      ASSERT_EQ(dt.dim(0), kInter);
+      ASSERT_EQ(dt.dim(1), kHidden);
+      std::vector<uint8_t> codes(kHidden * kInter), codes_t(kHidden * kInter);
+      ASSERT_TRUE(backend.CopyToHost(d, codes.data()).ok());
+      ASSERT_TRUE(backend.CopyToHost(dt, codes_t.data()).ok());
+      const std::vector<float> scales = testing::ToHost(backend, w.down.scales);
+      const std::vector<float> scales_t = testing::ToHost(backend, w.down_t.scales);
+      for (int64_t r = 0; r < d.dim(0); ++r) {
+        for (int64_t c = 0; c < d.dim(1); ++c) {
+          ASSERT_EQ(codes_t[c * kHidden + r], codes[r * kInter + c]);
+          ASSERT_EQ(scales_t[(c / kBlock) * (kHidden / kBlock) + r / kBlock],
+                    scales[(r / kBlock) * (kInter / kBlock) + c / kBlock]);
+        }
+      }
+    }
+    auto ws = Workspace::Allocate(backend, config, 4, kInter, false);
+    ASSERT_TRUE(ws.ok()) << ws.status();
+    for (int with_norm = 0; with_norm < 2; ++with_norm) {
+      for (int64_t rows : {int64_t{1}, int64_t{2}}) {
+        auto in = backend.Allocate(kernels::DType::kF32, {rows, kHidden});
+        auto res = backend.Allocate(kernels::DType::kF32, {rows, kHidden});
+        auto res_out = backend.Allocate(kernels::DType::kF32, {rows, kHidden});
+        auto weight = backend.Allocate(kernels::DType::kF32, {kHidden});
+        ASSERT_TRUE(in.ok() && res.ok() && res_out.ok() && weight.ok());
+        ASSERT_TRUE(backend.CopyFromHost(x.data(), in->view()).ok());
+        ASSERT_TRUE(backend.CopyFromHost(residual.data(), res->view()).ok());
+        ASSERT_TRUE(backend.CopyFromHost(norm_weight.data(), weight->view()).ok());
+        const kernels::Tensor normed = ws->normed.view().SliceRows(0, rows);
+        ASSERT_TRUE(backend.CopyFromHost(x.data(), normed).ok());
+        const kernels::PreNorm norm{.x = in->view(), .residual = res->view(),
+                                    .residual_out = res_out->view(), .weight = weight->view(),
+                                    .eps = 1e-6f, .normed = normed};
+        const int before = transposing.calls;
+        ASSERT_TRUE(
+            RunGatedMlp(backend, w, normed, *ws, rows, with_norm ? &norm : nullptr).ok());
+        if (b == 1) EXPECT_EQ(transposing.calls - before, rows == 1 ? 1 : 0);
+        std::vector<float>& got = outputs[b][with_norm][rows - 1];
+        got.resize(rows * kHidden);
+        ASSERT_TRUE(
+            backend.CopyToHost(ws->block_out.view().SliceRows(0, rows), got.data()).ok());
+      }
+    }
+  }
+  for (int with_norm = 0; with_norm < 2; ++with_norm) {
+    SCOPED_TRACE(with_norm ? "pre-norm" : "normed x");
+    const std::vector<float>& want = outputs[0][with_norm][0];
+    const std::vector<float>& got = outputs[1][with_norm][0];
+    double scale = 0;
+    for (const float v : want) scale = std::max(scale, std::fabs(double{v}));
+    ASSERT_GT(scale, 0.0);
+    for (int64_t h = 0; h < kHidden; ++h) EXPECT_NEAR(got[h], want[h], 1e-5 * scale) << h;
+    EXPECT_EQ(outputs[1][with_norm][1], outputs[0][with_norm][1]);  // two rows: the same ops
   }
 }
 
