@@ -29,7 +29,9 @@ struct GatedMlpGemvArgs {
   const float* down_t_scales = nullptr;   // [inter / block, hidden / block]
   int block = 128;
   int hidden = 0, inter = 0;
-  void* out = nullptr;  // bf16 [hidden]
+  // bf16 [hidden]. Written by the last CTA once every CTA has staged x: it may be x itself, or
+  // the norm's x or residual (not its residual_out or normed, which CTA 0 writes).
+  void* out = nullptr;
   // Scratch the kernel leaves as it found it: all zero before a launch and after it. Launches
   // that share it must not overlap (one stream).
   float* accum = nullptr;        // f32 [hidden]

@@ -134,8 +134,10 @@ bool Overlap(const Tensor& a, const Tensor& b) {
 
 // A block's pre-norm ahead of a projection into `out` (AddRmsNormMatmul, GatedMlpRowFp8): its
 // operands, and that what the fused kernels write overlaps neither what every CTA reads (x,
-// residual) nor each other.
-absl::Status CheckPreNorm(const char* op, const PreNorm& p, const Tensor& out) {
+// residual) nor each other. `out_may_alias_input`: out is written only once every CTA has read x
+// and residual (GatedMlpRowFp8's last CTA), so it may be either of them.
+absl::Status CheckPreNorm(const char* op, const PreNorm& p, const Tensor& out,
+                          bool out_may_alias_input = false) {
   RETURN_IF_ERROR(ExpectAddRmsNormOperands(op, p.x, p.residual, p.weight, p.normed));
   RETURN_IF_ERROR(ExpectRank(op, "x", p.x, 2));
   RETURN_IF_ERROR(ExpectCuda(op, "residual_out", p.residual_out));
@@ -144,6 +146,7 @@ absl::Status CheckPreNorm(const char* op, const PreNorm& p, const Tensor& out) {
   RETURN_IF_ERROR(ExpectSameShape(op, p.x, p.residual_out));
   for (const Tensor* in : {&p.x, &p.residual}) {
     for (const Tensor* written : {&p.residual_out, &p.normed, &out}) {
+      if (written == &out && out_may_alias_input) continue;
       if (Overlap(*in, *written)) {
         return OpError(op, "residual_out, normed and out must not overlap x or residual");
       }
@@ -341,8 +344,9 @@ absl::Status CudaBackend::GatedMlpRowFp8(const PreNorm* p, const Tensor& normed,
     RETURN_IF_ERROR(ExpectFp8Weight(kOp, w->codes, w->scales, w->block, hidden));
   }
   RETURN_IF_ERROR(ExpectDim(kOp, "gate_up codes", gate_up.codes, 0, 2 * inter));
-  if (p != nullptr) RETURN_IF_ERROR(CheckPreNorm(kOp, *p, out));
-  if (Overlap(x, out)) return OpError(kOp, "out must not overlap x");
+  // out is written by the last CTA, after every CTA has read x (and the pre-norm's inputs): the
+  // models pass the attention block's output as the pre-norm's x and the MLP's out alike.
+  if (p != nullptr) RETURN_IF_ERROR(CheckPreNorm(kOp, *p, out, /*out_may_alias_input=*/true));
   if (x.dim(0) != 1 || mlp_row_scratch_.empty() || hidden > kMlpRowMaxHidden ||
       gate_up.block != down_t.block) {
     return absl::UnimplementedError("GatedMlpRowFp8: one row, fused_mlp_row");

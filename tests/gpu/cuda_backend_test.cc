@@ -869,6 +869,15 @@ TEST_F(CudaOps, GatedMlpRowFp8MatchesTheSeparateOps) {
       EXPECT_TRUE(SameBits(DownloadCuda(want.normed), DownloadCuda(got.normed)));
       EXPECT_TRUE(SameBits(DownloadCuda(want.residual_out), DownloadCuda(got.residual_out)));
     }
+    // In place, as the models run it: out is the pre-norm's x (the attention block's output),
+    // or x itself.
+    const Operands in_place = operands(norm_weight);
+    const Tensor& aliased = with_norm ? in_place.x : in_place.normed;
+    ASSERT_TRUE((*fused)->GatedMlpRowFp8(with_norm ? &in_place.norm : nullptr, in_place.normed,
+                                         gate_up, down_t, aliased).ok());
+    ASSERT_TRUE((*fused)->Synchronize().ok());  // its own stream
+    ASSERT_TRUE((*fused)->TakeOpProfile().ok());  // the next pass counts its own ops
+    EXPECT_LT(RelativeError(DownloadCuda(aliased), want_out), 8e-3);
   }
   // Refused, nothing launched: two rows and a backend without the option (Unimplemented: the
   // caller runs the ops), down of the wrong width (InvalidArgument).
