@@ -347,8 +347,8 @@ absl::Status CudaBackend::GatedMlpRowFp8(const PreNorm* p, const Tensor& normed,
   // out is written by the last CTA, after every CTA has read x (and the pre-norm's inputs): the
   // models pass the attention block's output as the pre-norm's x and the MLP's out alike.
   if (p != nullptr) RETURN_IF_ERROR(CheckPreNorm(kOp, *p, out, /*out_may_alias_input=*/true));
-  if (x.dim(0) != 1 || mlp_row_scratch_.empty() || hidden > kMlpRowMaxHidden ||
-      gate_up.block != down_t.block) {
+  if (x.dim(0) != 1 || mlp_row_scratch_.empty() || options_.batch_invariant ||
+      hidden > kMlpRowMaxHidden || gate_up.block != down_t.block) {
     return absl::UnimplementedError("GatedMlpRowFp8: one row, fused_mlp_row");
   }
   auto* scratch = static_cast<float*>(mlp_row_scratch_.view().data);
