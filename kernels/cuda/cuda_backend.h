@@ -285,8 +285,9 @@ class CudaBackend final : public Backend {
   // Attention's split partials (attention.h), grown on demand.
   Buffer attention_partials_, decode_partials_;
   // GatedMlpRowFp8's accumulator (f32 [kMlpRowMaxHidden]) and arrival counter, zeroed at
-  // creation and left zero by every launch; allocated with fused_mlp_row only.
-  static constexpr int64_t kMlpRowMaxHidden = 16384;
+  // creation and left zero by every launch; allocated with fused_mlp_row only. 8192: the
+  // kernel's x, norm weight and partial output in 64 KB of shared memory (GatedMlpGemvSupports).
+  static constexpr int64_t kMlpRowMaxHidden = 8192;
   Buffer mlp_row_scratch_;
   // ArgMax's per-chunk partials (softmax.h), grown on demand.
   Buffer argmax_partials_;
