@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "common/safetensors/float_convert.h"
 #include "kernels/host_threads.h"
@@ -93,6 +95,19 @@ std::vector<float> Fp8RowScales(std::span<const float> scale_inv, int64_t rows, 
     for (int64_t r = 0; r < rows; ++r) out[g * rows + r] = scale_inv[(r / block) * groups + g];
   }
   return out;
+}
+
+Fp8Blocks TransposeFp8Blocks(std::span<const uint8_t> codes, std::span<const float> scale_inv,
+                             int64_t rows, int64_t cols, int64_t block) {
+  const auto transpose = [](auto in, int64_t r_count, int64_t c_count) {
+    std::vector<std::remove_const_t<typename decltype(in)::element_type>> out(in.size());
+    for (int64_t r = 0; r < r_count; ++r) {
+      for (int64_t c = 0; c < c_count; ++c) out[c * r_count + r] = in[r * c_count + c];
+    }
+    return out;
+  };
+  return {.codes = transpose(codes, rows, cols),
+          .scale_inv = transpose(scale_inv, (rows + block - 1) / block, (cols + block - 1) / block)};
 }
 
 }  // namespace xserv::kernels

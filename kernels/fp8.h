@@ -26,6 +26,11 @@ Fp8Blocks QuantizeFp8Blocks(std::span<const float> values, int64_t rows, int64_t
 void DequantizeFp8Blocks(const Fp8Blocks& q, int64_t rows, int64_t cols, int64_t block,
                          std::span<float> values);
 
+// The [rows, cols] weight of `codes` and its block x block `scale_inv` as a [cols, rows] one:
+// both transposed (square blocks stay blocks), the same values.
+Fp8Blocks TransposeFp8Blocks(std::span<const uint8_t> codes, std::span<const float> scale_inv,
+                             int64_t rows, int64_t cols, int64_t block);
+
 // A weight's block scales (Fp8Blocks::scale_inv, [ceil(rows/b), ceil(cols/b)]) repeated for
 // each of its rows, column-group-major: out[g * rows + r] = scale_inv[r / b, g]. The same values
 // in the layout of a scale per row and b columns (cuBLASLt's VEC128 mode for the weight, which

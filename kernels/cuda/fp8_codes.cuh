@@ -56,6 +56,31 @@ __device__ __forceinline__ float2 Fp8Pair(uint16_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3)));
 }
 
+// The 16 codes of one 16-byte load as floats, in order (the FP8 decode GEMVs' weights).
+__device__ __forceinline__ void Fp8Unpack16(const uint4& w, float* out) {
+  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&w);
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {
+    const float2 f = Fp8Pair(pairs[h]);
+    out[2 * h] = f.x;
+    out[2 * h + 1] = f.y;
+  }
+}
+
+// One 16-byte load's 16 E4M3 codes times x's 16 matching values, in the FP8 GEMV's order
+// (gemv.cu): the partial its block scale then multiplies.
+__device__ __forceinline__ float Fp8Dot16(const uint4& w, const float (&xf)[16]) {
+  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&w);
+  float part = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {
+    const float2 f = Fp8Pair(pairs[h]);
+    part = fmaf(f.x, xf[2 * h], part);
+    part = fmaf(f.y, xf[2 * h + 1], part);
+  }
+  return part;
+}
+
 // One (token, kv head) of an FP8 KV cache from the warp that holds it, lane l owning columns
 // l + 32 j (j < kPerLane, those below head_dim): codes[col] and, from lane 0, *scale.
 template <int kPerLane>

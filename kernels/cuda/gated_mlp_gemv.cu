@@ -41,16 +41,6 @@ constexpr int kDownBatch = 8;   // phase B: loads in flight per thread
 constexpr int kCodes = 16;      // E4M3 codes per 16-byte load
 static_assert(kSlice % kWarps == 0 && kSlice % kDownBatch == 0, "whole pairs, whole batches");
 
-__device__ __forceinline__ void Unpack16(const uint4& raw, float* out) {
-  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 f = Fp8Pair(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 __device__ __forceinline__ float RoundBf16(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
@@ -84,7 +74,7 @@ __device__ __forceinline__ void AddDownProducts(const GatedMlpGemvArgs& a, int i
 #pragma unroll
       for (int u = 0; u < kDownBatch; ++u) {
         float wf[kCodes];
-        Unpack16(w[u], wf);
+        Fp8Unpack16(w[u], wf);
         const float act = s_act[j0 + u];
 #pragma unroll
         for (int e = 0; e < kCodes; ++e) acc[e] = fmaf(wf[e], act, acc[e]);
@@ -166,8 +156,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const float scale = __ldg(scale_row[h] + c * kCodes / a.block);
-            float wf[kCodes];
-            Unpack16(wv[u][h], wf);
+            float wf[kCodes];  // Fp8Dot16's order; called as such it spills 16 bytes here
+            Fp8Unpack16(wv[u][h], wf);
             float part = 0.0f;
 #pragma unroll
             for (int i = 0; i < kCodes; ++i) part = fmaf(wf[i], xf[i], part);

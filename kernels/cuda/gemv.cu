@@ -46,13 +46,7 @@ static_assert(4 * kWarpSize * 16 == kGemvPreloadBytes, "l2_prefetch.h: the first
 template <bool kFp8>
 __device__ __forceinline__ void UnpackWeights(const uint4& raw, float* out) {
   if constexpr (kFp8) {
-    const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float2 f = Fp8Pair(pairs[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
+    Fp8Unpack16(raw, out);
   } else {
     UnpackBf16x8(raw, out);
   }

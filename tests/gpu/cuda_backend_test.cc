@@ -787,17 +787,7 @@ TEST_F(CudaOps, GatedMlpRowFp8MatchesTheSeparateOps) {
     for (float& v : values) v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
     Fp8Blocks q = QuantizeFp8Blocks(values, rows, cols, 128);
     if (transpose) {  // [cols, rows]: the codes and their block scales
-      Fp8Blocks t{.codes = std::vector<uint8_t>(q.codes.size()),
-                  .scale_inv = std::vector<float>(q.scale_inv.size())};
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) t.codes[c * rows + r] = q.codes[r * cols + c];
-      }
-      for (int64_t r = 0; r < rows / 128; ++r) {
-        for (int64_t c = 0; c < cols / 128; ++c) {
-          t.scale_inv[c * (rows / 128) + r] = q.scale_inv[r * (cols / 128) + c];
-        }
-      }
-      q = std::move(t);
+      q = TransposeFp8Blocks(q.codes, q.scale_inv, rows, cols, 128);
       std::swap(rows, cols);
     }
     Fp8Weight w{.codes = Keep(cuda().Allocate(DType::kU8, {rows, cols})),

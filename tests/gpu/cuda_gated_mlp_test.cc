@@ -62,15 +62,6 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   return out;
 }
 
-template <typename T>
-std::vector<T> Transpose(const std::vector<T>& v, int64_t rows, int64_t cols) {
-  std::vector<T> t(v.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
-  }
-  return t;
-}
-
 struct MlpShape {
   int hidden, inter;
 };
@@ -100,9 +91,9 @@ TEST(GatedMlpGemv, MatchesTheGemvChainWithinABf16Rounding) {
       const DeviceVector norm_weight_dev(ToBf16(norm_weight));
       const DeviceVector gate_up_dev(gate_up.codes), gate_up_scales(gate_up.scale_inv);
       const DeviceVector down_dev(down.codes), down_scales(down.scale_inv);
-      const DeviceVector down_t(Transpose(down.codes, s.hidden, s.inter));
-      const DeviceVector down_t_scales(
-          Transpose(down.scale_inv, s.hidden / kBlock, s.inter / kBlock));
+      const Fp8Blocks transposed =
+          TransposeFp8Blocks(down.codes, down.scale_inv, s.hidden, s.inter, kBlock);
+      const DeviceVector down_t(transposed.codes), down_t_scales(transposed.scale_inv);
       const size_t h_bytes = size_t{2} * s.hidden;
       const DeviceVector gate_up_out(size_t{4} * s.inter), want(h_bytes), got(h_bytes);
       const DeviceVector normed_want(h_bytes), normed_got(h_bytes);

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <type_traits>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -354,23 +353,6 @@ AttentionWeights AttentionWeights::Load(WeightLoader& loader, Backend& backend,
 
 namespace {
 
-// w [rows, cols] as [cols, rows], codes and (square) block scales alike.
-WeightLoader::Fp8HostWeight TransposeFp8(const WeightLoader::Fp8HostWeight& w) {
-  const auto transpose = [](const auto& v, int64_t rows, int64_t cols) {
-    std::remove_cvref_t<decltype(v)> t(v.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
-    }
-    return t;
-  };
-  const int64_t b = w.block;
-  return {.codes = transpose(w.codes, w.rows, w.cols),
-          .scales = transpose(w.scales, (w.rows + b - 1) / b, (w.cols + b - 1) / b),
-          .rows = w.cols,
-          .cols = w.rows,
-          .block = b};
-}
-
 // An MLP's down projection [H, I] (the rank's columns of it): TakeLinear's, and, FP8 where the
 // backend wants it, transposed into `down_t` as well.
 LinearWeight TakeDown(WeightLoader& loader, Backend& backend, const TpShard& tp,
@@ -384,7 +366,12 @@ LinearWeight TakeDown(WeightLoader& loader, Backend& backend, const TpShard& tp,
   LinearWeight down = UploadFp8(backend, *fp8, status);
   if (!fp8->codes.empty() && status.ok() &&
       backend.WantsFp8DownTransposed(fp8->rows, fp8->cols, fp8->block)) {
-    down_t = UploadFp8(backend, TransposeFp8(*fp8), status);
+    kernels::Fp8Blocks t =
+        kernels::TransposeFp8Blocks(fp8->codes, fp8->scales, fp8->rows, fp8->cols, fp8->block);
+    down_t = UploadFp8(backend,
+                       {.codes = std::move(t.codes), .scales = std::move(t.scale_inv),
+                        .rows = fp8->cols, .cols = fp8->rows, .block = fp8->block},
+                       status);
   }
   if (!status.ok()) loader.RecordFailure(name, status);  // Finish reports it
   return down;

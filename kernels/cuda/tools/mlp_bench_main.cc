@@ -23,6 +23,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gated_mlp_gemv.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/fp8.h"
 #include "kernels/cuda/tools/bench_util.h"
 #include "nlohmann/json.hpp"
 
@@ -119,15 +120,6 @@ std::vector<float> RandomScales(size_t n, std::mt19937& rng) {
   for (auto& s : v) s = d(rng);
   return v;
 }
-template <typename T>
-std::vector<T> Transpose(const std::vector<T>& v, int64_t rows, int64_t cols) {
-  std::vector<T> t(v.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
-  }
-  return t;
-}
-
 // |a - b| within one bf16 rounding of the larger (2^-8 relative), or 1e-3 of the output's scale.
 bool CloseToChain(const std::vector<float>& got, const std::vector<float>& want, double* worst) {
   double scale = 0;
@@ -182,8 +174,10 @@ int main(int argc, char** argv) {
       const std::vector<float> down_scales = RandomScales(dn_scales, rng);
       Upload(c.down, down);
       Upload(c.down_scales, down_scales);
-      Upload(c.down_t, Transpose(down, hidden, inter));
-      Upload(c.down_t_scales, Transpose(down_scales, hidden / 128, inter / 128));
+      const xserv::kernels::Fp8Blocks t =
+          xserv::kernels::TransposeFp8Blocks(down, down_scales, hidden, inter, 128);
+      Upload(c.down_t, t.codes);
+      Upload(c.down_t_scales, t.scale_inv);
     } else {  // E4M3 0x3c = 1.5, scales 0.0115
       CHECK_CUDA(cudaMemset(c.gate_up, 0x3c, gu_codes));
       CHECK_CUDA(cudaMemset(c.down, 0x3c, dn_codes));

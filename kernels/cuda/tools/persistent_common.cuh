@@ -66,20 +66,6 @@ __device__ __forceinline__ void RunLatencyPhase(const StreamPhase& p) {
   }
 }
 
-// One 16-byte load's 16 E4M3 codes times x's 16 matching values, in the FP8 GEMV's order
-// (gemv.cu): the partial its block scale then multiplies.
-__device__ __forceinline__ float Fp8Dot16(const uint4& w, const float (&xf)[16]) {
-  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&w);
-  float part = 0.0f;
-#pragma unroll
-  for (int h = 0; h < 8; ++h) {
-    const float2 f = Fp8Pair(pairs[h]);
-    part = fmaf(f.x, xf[2 * h], part);
-    part = fmaf(f.y, xf[2 * h + 1], part);
-  }
-  return part;
-}
-
 // A cooperative launch of `kernel` over every CTA that fits at once (`smem` bytes of dynamic
 // shared memory each), given the step's arguments.
 template <auto kernel>
